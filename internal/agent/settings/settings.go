@@ -1,0 +1,93 @@
+// Package settings holds the agent's sandbox-level configuration, set by the
+// control plane through POST /init: default environment variables, default user
+// and workdir, and the access token that secures the envd protocol.
+package settings
+
+import (
+	"crypto/subtle"
+	"maps"
+	"sync"
+
+	"github.com/cubby-dev/cubby/internal/agentapi"
+)
+
+// Defaults used before /init names others (what E2B templates use).
+const (
+	DefaultUser    = "user"
+	DefaultWorkdir = "/home/user"
+)
+
+// Settings is safe for concurrent use; the zero value is not usable, call New.
+type Settings struct {
+	mu          sync.RWMutex
+	envVars     map[string]string
+	user        string
+	workdir     string
+	accessToken string
+}
+
+// New returns settings with E2B's defaults: user "user", workdir "/home/user",
+// no env vars and no access token.
+func New() *Settings {
+	return &Settings{envVars: map[string]string{}, user: DefaultUser, workdir: DefaultWorkdir}
+}
+
+// Apply merges an /init request: env vars are replaced when given, the user and
+// workdir when non-empty, and the access token whenever the request names one.
+func (s *Settings) Apply(req agentapi.InitRequest) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if req.EnvVars != nil {
+		s.envVars = maps.Clone(req.EnvVars)
+	}
+	if req.DefaultUser != "" {
+		s.user = req.DefaultUser
+	}
+	if req.DefaultWorkdir != "" {
+		s.workdir = req.DefaultWorkdir
+	}
+	if req.AccessToken != "" {
+		s.accessToken = req.AccessToken
+	}
+}
+
+// EnvVars returns a copy of the sandbox-level environment variables.
+func (s *Settings) EnvVars() map[string]string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return maps.Clone(s.envVars)
+}
+
+// User is the default username.
+func (s *Settings) User() string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.user
+}
+
+// Workdir is the default working directory ("" path and missing cwd resolve to it).
+func (s *Settings) Workdir() string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.workdir
+}
+
+// AccessToken is the token requests must present, "" when the sandbox is unsecured.
+func (s *Settings) AccessToken() string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.accessToken
+}
+
+// Secured reports whether an access token is set.
+func (s *Settings) Secured() bool { return s.AccessToken() != "" }
+
+// CheckToken reports whether tok matches the access token in constant time.
+// With no token set every value (including "") is accepted.
+func (s *Settings) CheckToken(tok string) bool {
+	want := s.AccessToken()
+	if want == "" {
+		return true
+	}
+	return subtle.ConstantTimeCompare([]byte(tok), []byte(want)) == 1
+}

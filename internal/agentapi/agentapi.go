@@ -1,0 +1,50 @@
+// Package agentapi holds the wire types of the agent's private endpoints
+// (POST /init, GET /metrics) shared by the in-sandbox agent and the host-side
+// control plane, and a small client the host uses to drive them.
+//
+// The shapes follow envd's /init and /metrics (shared/protocol/e2b-wire.md §3.4).
+package agentapi
+
+import "time"
+
+// EnvdPort is the TCP port the agent's envd protocol listens on inside every sandbox.
+const EnvdPort = 49983
+
+// InterpreterPort is the TCP port of the code-interpreter service inside a sandbox.
+const InterpreterPort = 49999
+
+// EnvdVersion is the envd protocol version the agent implements and the control
+// plane reports as envdVersion (semver and PEP 440 compatible). Every feature
+// gated at or below it (shared/protocol/e2b-wire.md §2.5) is implemented.
+const EnvdVersion = "0.6.13"
+
+// InitRequest configures a freshly started agent: POST /init, answered with 204.
+// Once an access token is set, a later /init must carry it in X-Access-Token.
+type InitRequest struct {
+	// EnvVars are the sandbox-level environment variables (the create request's
+	// envVars); every process and code context inherits them.
+	EnvVars map[string]string `json:"envVars,omitempty"`
+	// AccessToken, when non-empty, secures the agent: every request except
+	// GET /health must carry it in X-Access-Token (or a /files URL signature).
+	AccessToken string `json:"accessToken,omitempty"`
+	// DefaultUser is the user requests run as when they name none ("user").
+	DefaultUser string `json:"defaultUser,omitempty"`
+	// DefaultWorkdir is the directory an empty path and a process without cwd resolve to.
+	DefaultWorkdir string `json:"defaultWorkdir,omitempty"`
+	// Timestamp is the host's wall clock when it sent the request; the agent uses
+	// it only for logging clock skew.
+	Timestamp time.Time `json:"timestamp,omitzero"`
+}
+
+// Metrics is the body of the agent's GET /metrics: one sample of the sandbox's
+// resource use as seen from inside (units: bytes, percent).
+type Metrics struct {
+	Timestamp  int64   `json:"ts"`           // unix seconds
+	CPUCount   int     `json:"cpu_count"`    // CPUs available
+	CPUUsedPct float64 `json:"cpu_used_pct"` // 0..100*cpu_count
+	MemUsed    uint64  `json:"mem_used"`     // bytes
+	MemTotal   uint64  `json:"mem_total"`    // bytes
+	MemCache   uint64  `json:"mem_cache"`    // bytes
+	DiskUsed   uint64  `json:"disk_used"`    // bytes of the root filesystem
+	DiskTotal  uint64  `json:"disk_total"`   // bytes of the root filesystem
+}

@@ -1,0 +1,57 @@
+// Package runtime defines the OCI runtime seam: how a prepared OCI bundle is turned
+// into a running sandbox and controlled afterwards. runc implements it today; gVisor's
+// runsc (same bundle) and VM runtimes plug in behind the same interface.
+package runtime
+
+import (
+	"context"
+	"errors"
+)
+
+// ErrNotFound is returned when the runtime has no container with the given ID.
+var ErrNotFound = errors.New("container not found")
+
+// ErrNotSupported is returned for an operation this runtime cannot perform.
+var ErrNotSupported = errors.New("operation not supported by this runtime")
+
+// Status is the OCI runtime-spec container status.
+type Status string
+
+// Container states as reported by `runtime state` (OCI runtime spec "status").
+const (
+	StatusCreating Status = "creating"
+	StatusCreated  Status = "created"
+	StatusRunning  Status = "running"
+	StatusPaused   Status = "paused"
+	StatusStopped  Status = "stopped"
+)
+
+// State is the runtime's view of one container.
+type State struct {
+	ID     string
+	Status Status
+	Pid    int    // host PID of the container's init process, 0 when stopped
+	Bundle string // absolute bundle directory
+}
+
+// Runtime starts and controls containers from OCI bundles.
+// Implementations must be safe for concurrent use on distinct IDs.
+type Runtime interface {
+	// Name is the runtime's short name ("runc", "runsc").
+	Name() string
+	// Start creates and starts the container id from the bundle directory (which holds
+	// config.json and the rootfs the spec names). The container's stdout and stderr go
+	// to logPath (appended). It returns once the init process runs.
+	Start(ctx context.Context, id, bundle, logPath string) error
+	// State reports the container's state, or ErrNotFound.
+	State(ctx context.Context, id string) (State, error)
+	// List reports every container this runtime instance knows (its state root).
+	List(ctx context.Context) ([]State, error)
+	// Kill sends SIGKILL to every process of the container, waits for it to stop and
+	// deletes it. Killing an unknown container returns nil (idempotent).
+	Kill(ctx context.Context, id string) error
+	// Pause freezes every process of the container (cgroup freezer).
+	Pause(ctx context.Context, id string) error
+	// Resume thaws a paused container.
+	Resume(ctx context.Context, id string) error
+}
