@@ -1,0 +1,52 @@
+# Cubby build, code generation and tests.
+GO      ?= go
+BIN     ?= bin/cubby
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X github.com/cubby-dev/cubby/internal/cli.Version=$(VERSION)
+
+.PHONY: all build generate test test-unit test-integration test-compat quickstart bench fmt vet clean
+
+all: build
+
+## build: the static cubby binary (server, agent and CLI in one), in bin/cubby
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/cubby
+
+## generate: envd Connect code from proto/ (protoc + protoc-gen-go + protoc-gen-connect-go) and the REST types from api/openapi.yaml (oapi-codegen)
+generate:
+	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+	$(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@v1.21.1
+	$(GO) install github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen@v2.8.2
+	PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc -I proto/envd \
+		--go_out=. --go_opt=module=github.com/cubby-dev/cubby \
+		--connect-go_out=. --connect-go_opt=module=github.com/cubby-dev/cubby \
+		filesystem/filesystem.proto process/process.proto
+	PATH="$$($(GO) env GOPATH)/bin:$$PATH" $(GO) generate ./internal/api/...
+
+## test: everything CI runs: vet, unit tests, integration tests against the real server, both official SDK suites
+test: vet test-unit test-integration test-compat
+
+test-unit:
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /test/)
+
+test-integration: build
+	CUBBY_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m ./test/integration/...
+
+test-compat: build
+	CUBBY_BIN=$(CURDIR)/$(BIN) test/compat/run.sh
+
+## quickstart: install what is missing, build, start the server and run a real example with the official SDK
+quickstart:
+	scripts/quickstart.sh
+
+bench: build
+	CUBBY_BIN=$(CURDIR)/$(BIN) bench/run.sh
+
+fmt:
+	gofmt -l -w $$(git ls-files '*.go')
+
+vet:
+	$(GO) vet ./...
+
+clean:
+	rm -rf bin

@@ -1,0 +1,85 @@
+package agentapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"time"
+)
+
+// Client talks to one sandbox's agent from the host over the sandbox network.
+type Client struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+// NewClient returns a client for the agent at addr:EnvdPort. token is the
+// sandbox's current access token ("" for unsecured or not yet initialised).
+func NewClient(addr netip.Addr, token string) *Client {
+	return &Client{
+		base:  "http://" + net.JoinHostPort(addr.String(), strconv.Itoa(EnvdPort)),
+		token: token,
+		http:  &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
+	}
+}
+
+// WaitHealthy polls GET /health every interval until it answers 204 or ctx ends.
+// It returns ctx's error wrapped with the last failure seen.
+func (c *Client) WaitHealthy(ctx context.Context, interval time.Duration) error {
+	var last error
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/health", nil)
+		if err != nil {
+			return fmt.Errorf("build health request: %w", err)
+		}
+		resp, err := c.http.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = fmt.Errorf("health answered %d", resp.StatusCode)
+		} else {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("agent not healthy: %w (last: %v)", ctx.Err(), last)
+		case <-time.After(interval):
+		}
+	}
+}
+
+// Init sends POST /init; the agent answers 204.
+func (c *Client) Init(ctx context.Context, req InitRequest) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("encode init: %w", err)
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/init", bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("build init request: %w", err)
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	if c.token != "" {
+		hreq.Header.Set("X-Access-Token", c.token)
+	}
+	resp, err := c.http.Do(hreq)
+	if err != nil {
+		return fmt.Errorf("post init: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("init answered %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
+	}
+	return nil
+}

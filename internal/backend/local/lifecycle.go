@@ -1,0 +1,274 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/cubby-dev/cubby/internal/backend"
+	"github.com/cubby-dev/cubby/internal/cgroups"
+	"github.com/cubby-dev/cubby/internal/rootfs"
+	"github.com/cubby-dev/cubby/internal/runtime/oci"
+)
+
+// agentPath is where the agent binary appears inside every sandbox.
+const agentPath = "/opt/cubby/bin/cubby"
+
+func cgroupsPath(id string) string { return "/cubby/" + id }
+
+// Create implements backend.Backend. Steps: writable layer + overlay, netns,
+// bundle, runtime start, agent health, agent init. Any failure unwinds all steps.
+func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (inst backend.Instance, err error) {
+	rt, err := b.runtimeFor(req.Runtime)
+	if err != nil {
+		return backend.Instance{}, err
+	}
+	dir := b.sandboxDir(req.SandboxID)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return backend.Instance{}, fmt.Errorf("create sandbox dir: %w", err)
+	}
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+	cleanupCtx := context.WithoutCancel(ctx)
+	undo = append(undo, func() { _ = os.RemoveAll(dir) })
+
+	rootPath, err := b.rootfs.Prepare(ctx, dir, req.RootfsDir, int64(req.DiskSizeMB)<<20)
+	if err != nil {
+		return backend.Instance{}, fmt.Errorf("prepare rootfs: %w", err)
+	}
+	undo = append(undo, func() { _ = b.rootfs.Release(cleanupCtx, dir) })
+
+	att, err := b.net.Attach(ctx, req.SandboxID)
+	if err != nil {
+		return backend.Instance{}, fmt.Errorf("attach network: %w", err)
+	}
+	undo = append(undo, func() { _ = b.net.Detach(cleanupCtx, req.SandboxID) })
+
+	s := &sandbox{
+		ID: req.SandboxID, Addr: att.Addr, Runtime: rt.Name(), Lower: req.RootfsDir,
+		CPUCount: req.CPUCount, StartedAt: time.Now().UTC(),
+	}
+	if err := b.writeBundle(req, s, rootPath, att.NetnsPath); err != nil {
+		return backend.Instance{}, err
+	}
+	if err := b.saveState(s); err != nil {
+		return backend.Instance{}, err
+	}
+	if err := rt.Start(ctx, req.SandboxID, filepath.Join(dir, "bundle"), filepath.Join(dir, "agent.log")); err != nil {
+		return backend.Instance{}, fmt.Errorf("start %s container: %w", rt.Name(), err)
+	}
+	undo = append(undo, func() { _ = rt.Kill(cleanupCtx, req.SandboxID) })
+
+	if err := b.initAgent(ctx, s, req); err != nil {
+		return backend.Instance{}, fmt.Errorf("%w (agent log: %s)", err, tailLog(filepath.Join(dir, "agent.log")))
+	}
+	b.mu.Lock()
+	b.sandboxes[s.ID] = s
+	b.mu.Unlock()
+	return s.instance(), nil
+}
+
+func (b *Backend) initAgent(ctx context.Context, s *sandbox, req backend.CreateRequest) error {
+	readyCtx, cancel := context.WithTimeout(ctx, b.cfg.ReadyTimeout)
+	defer cancel()
+	c := agentClient(s.Addr, "")
+	if err := c.WaitHealthy(readyCtx, 3*time.Millisecond); err != nil {
+		return fmt.Errorf("wait for agent: %w", err)
+	}
+	init := req.Init
+	init.Timestamp = time.Now().UTC()
+	if err := c.Init(readyCtx, init); err != nil {
+		return fmt.Errorf("init agent: %w", err)
+	}
+	return nil
+}
+
+// writeBundle writes the OCI bundle (config.json) and the per-sandbox files it binds.
+func (b *Backend) writeBundle(req backend.CreateRequest, s *sandbox, rootPath, netnsPath string) error {
+	dir := b.sandboxDir(req.SandboxID)
+	etc, err := writeEtcFiles(dir, req.SandboxID, s.Addr.String())
+	if err != nil {
+		return err
+	}
+	mounts := []specs.Mount{{
+		Destination: agentPath, Type: "bind", Source: b.cfg.AgentBinary,
+		Options: []string{"bind", "ro", "nosuid", "nodev"},
+	}}
+	for dst, src := range etc {
+		mounts = append(mounts, specs.Mount{Destination: dst, Type: "bind", Source: src, Options: []string{"bind", "ro"}})
+	}
+	spec, err := oci.Build(oci.Options{
+		ID:          req.SandboxID,
+		RootfsDir:   rootPath,
+		Hostname:    req.SandboxID,
+		Args:        []string{agentPath, "agent"},
+		Env:         []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8"},
+		Cwd:         "/",
+		NetNSPath:   netnsPath,
+		CgroupsPath: cgroupsPath(req.SandboxID),
+		CPUCount:    req.CPUCount,
+		MemoryBytes: int64(req.MemoryMB) << 20,
+		PidsLimit:   b.cfg.PidsLimit,
+		Mounts:      mounts,
+	})
+	if err != nil {
+		return fmt.Errorf("build OCI spec: %w", err)
+	}
+	if err := oci.WriteBundle(filepath.Join(dir, "bundle"), spec); err != nil {
+		return fmt.Errorf("write bundle: %w", err)
+	}
+	return nil
+}
+
+// writeEtcFiles writes hostname, hosts and resolv.conf for the sandbox and returns
+// them keyed by their destination inside the sandbox.
+func writeEtcFiles(dir, hostname, addr string) (map[string]string, error) {
+	resolv, err := os.ReadFile("/etc/resolv.conf")
+	if err != nil {
+		resolv = []byte("nameserver 1.1.1.1\n")
+	}
+	files := map[string][]byte{
+		"/etc/hostname":    []byte(hostname + "\n"),
+		"/etc/hosts":       fmt.Appendf(nil, "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n%s\t%s\n", addr, hostname),
+		"/etc/resolv.conf": resolv,
+	}
+	out := map[string]string{}
+	for dst, data := range files {
+		src := filepath.Join(dir, "etc-"+filepath.Base(dst))
+		if err := os.WriteFile(src, data, 0o644); err != nil {
+			return nil, fmt.Errorf("write %s: %w", dst, err)
+		}
+		out[dst] = src
+	}
+	return out, nil
+}
+
+// tailLog returns the last lines of a log file for error messages.
+func tailLog(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "unavailable"
+	}
+	if len(data) > 2048 {
+		data = data[len(data)-2048:]
+	}
+	return strings.TrimSpace(string(data))
+}
+
+// Kill implements backend.Backend: stop the container, then free network, rootfs and directory.
+func (b *Backend) Kill(ctx context.Context, id string) error {
+	s, err := b.get(id)
+	if errors.Is(err, backend.ErrNotFound) {
+		return b.destroy(ctx, id, "")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := b.destroy(ctx, id, s.Runtime); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	delete(b.sandboxes, id)
+	b.mu.Unlock()
+	return nil
+}
+
+// destroy removes every resource of sandbox id; it is idempotent.
+func (b *Backend) destroy(ctx context.Context, id, rtName string) error {
+	var errs []error
+	for name, rt := range b.runtimes {
+		if rtName != "" && name != rtName {
+			continue
+		}
+		if err := rt.Kill(ctx, id); err != nil {
+			errs = append(errs, fmt.Errorf("kill container: %w", err))
+		}
+	}
+	if err := b.net.Detach(ctx, id); err != nil {
+		errs = append(errs, fmt.Errorf("detach network: %w", err))
+	}
+	dir := b.sandboxDir(id)
+	if err := b.rootfs.Release(ctx, dir); err != nil {
+		errs = append(errs, fmt.Errorf("release rootfs: %w", err))
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		errs = append(errs, fmt.Errorf("remove sandbox dir: %w", err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("destroy sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// Pause implements backend.Backend by freezing the container's cgroup; memory stays resident.
+func (b *Backend) Pause(ctx context.Context, id string) error {
+	return b.setPaused(ctx, id, true)
+}
+
+// Resume implements backend.Backend by thawing the container's cgroup.
+func (b *Backend) Resume(ctx context.Context, id string) error {
+	return b.setPaused(ctx, id, false)
+}
+
+func (b *Backend) setPaused(ctx context.Context, id string, pause bool) error {
+	s, err := b.get(id)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rt, err := b.runtimeFor(s.Runtime)
+	if err != nil {
+		return err
+	}
+	if pause {
+		err = rt.Pause(ctx, id)
+	} else {
+		err = rt.Resume(ctx, id)
+	}
+	if err != nil {
+		return fmt.Errorf("set paused=%v on %s: %w", pause, id, err)
+	}
+	s.Paused = pause
+	return b.saveState(s)
+}
+
+// Stats implements backend.Backend from the sandbox's cgroup and writable layer.
+func (b *Backend) Stats(_ context.Context, id string) (backend.Stats, error) {
+	s, err := b.get(id)
+	if err != nil {
+		return backend.Stats{}, err
+	}
+	cg, err := cgroups.Read(cgroupsPath(id))
+	if err != nil {
+		return backend.Stats{}, fmt.Errorf("read cgroup of %s: %w", id, err)
+	}
+	now := time.Now()
+	st := backend.Stats{
+		Timestamp: now.UTC(), CPUCount: s.CPUCount, CPUUsageNs: cg.CPUUsageNs,
+		MemUsed: cg.MemUsed, MemTotal: cg.MemLimit, MemCache: cg.MemCache,
+	}
+	s.mu.Lock()
+	if prev := s.lastCPU; !prev.at.IsZero() && cg.CPUUsageNs >= prev.usage {
+		if wall := now.Sub(prev.at); wall > 0 {
+			st.CPUUsedPct = float64(cg.CPUUsageNs-prev.usage) / float64(wall.Nanoseconds()) * 100
+		}
+	}
+	s.lastCPU = cpuReading{at: now, usage: cg.CPUUsageNs}
+	s.mu.Unlock()
+	if used, total, err := rootfs.Usage(b.sandboxDir(id)); err == nil {
+		st.DiskUsed, st.DiskTotal = used, total
+	}
+	return st, nil
+}

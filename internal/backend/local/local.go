@@ -1,0 +1,173 @@
+// Package local is the single-host backend: each sandbox is an OCI container
+// (runc by default) whose root filesystem is an overlay of a template tree and a
+// size-limited on-disk layer, in its own network namespace on a host bridge, with
+// cgroup limits, and with the Cubby agent as its init process.
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/cubby-dev/cubby/internal/agentapi"
+	"github.com/cubby-dev/cubby/internal/backend"
+	"github.com/cubby-dev/cubby/internal/network"
+	"github.com/cubby-dev/cubby/internal/rootfs"
+	"github.com/cubby-dev/cubby/internal/runtime"
+)
+
+// Config configures the local backend.
+type Config struct {
+	// Dir holds one directory per sandbox (bundle, disk image, logs, state).
+	Dir string
+	// AgentBinary is the host path of the static cubby binary bind-mounted read-only
+	// into every sandbox as its init process.
+	AgentBinary string
+	// PidsLimit caps the processes of one sandbox (fork-bomb protection); default 4096.
+	PidsLimit int64
+	// ReadyTimeout bounds how long Create waits for the agent's /health; default 30 s.
+	ReadyTimeout time.Duration
+}
+
+// Backend implements backend.Backend on this host.
+type Backend struct {
+	cfg      Config
+	log      *slog.Logger
+	runtimes map[string]runtime.Runtime
+	defRT    string
+	net      *network.Manager
+	rootfs   *rootfs.Manager
+
+	mu        sync.Mutex
+	sandboxes map[string]*sandbox
+}
+
+// sandbox is what the backend remembers about one instance; it is also persisted
+// as <dir>/sandbox.json so a restarted server can re-adopt the sandbox.
+type sandbox struct {
+	ID        string     `json:"id"`
+	Addr      netip.Addr `json:"addr"`
+	Runtime   string     `json:"runtime"`
+	Lower     string     `json:"lower"`
+	CPUCount  int        `json:"cpuCount"`
+	StartedAt time.Time  `json:"startedAt"`
+	Paused    bool       `json:"paused"`
+
+	mu      sync.Mutex // serialises lifecycle operations on this sandbox
+	lastCPU cpuReading
+}
+
+type cpuReading struct {
+	at    time.Time
+	usage uint64
+}
+
+// New returns a backend using the given runtimes (the first is the default),
+// network manager and rootfs manager. The network must already be Setup.
+func New(cfg Config, rts []runtime.Runtime, nm *network.Manager, rm *rootfs.Manager, log *slog.Logger) (*Backend, error) {
+	if len(rts) == 0 {
+		return nil, errors.New("local backend: no runtime")
+	}
+	if cfg.PidsLimit == 0 {
+		cfg.PidsLimit = 4096
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = 30 * time.Second
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create sandboxes dir: %w", err)
+	}
+	b := &Backend{
+		cfg: cfg, log: log, net: nm, rootfs: rm,
+		runtimes:  map[string]runtime.Runtime{},
+		defRT:     rts[0].Name(),
+		sandboxes: map[string]*sandbox{},
+	}
+	for _, rt := range rts {
+		b.runtimes[rt.Name()] = rt
+	}
+	return b, nil
+}
+
+func (b *Backend) sandboxDir(id string) string { return filepath.Join(b.cfg.Dir, id) }
+
+func (b *Backend) runtimeFor(name string) (runtime.Runtime, error) {
+	if name == "" {
+		name = b.defRT
+	}
+	rt, ok := b.runtimes[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown runtime %q", name)
+	}
+	return rt, nil
+}
+
+func (b *Backend) get(id string) (*sandbox, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s, ok := b.sandboxes[id]
+	if !ok {
+		return nil, fmt.Errorf("sandbox %s: %w", id, backend.ErrNotFound)
+	}
+	return s, nil
+}
+
+func (s *sandbox) instance() backend.Instance {
+	return backend.Instance{SandboxID: s.ID, Addr: s.Addr, Runtime: s.Runtime, Paused: s.Paused, StartedAt: s.StartedAt}
+}
+
+func (b *Backend) saveState(s *sandbox) error {
+	data, err := json.Marshal(s)
+	if err != nil {
+		return fmt.Errorf("encode sandbox state: %w", err)
+	}
+	path := filepath.Join(b.sandboxDir(s.ID), "sandbox.json")
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("write sandbox state: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("commit sandbox state: %w", err)
+	}
+	return nil
+}
+
+func (b *Backend) loadState(id string) (*sandbox, error) {
+	data, err := os.ReadFile(filepath.Join(b.sandboxDir(id), "sandbox.json"))
+	if err != nil {
+		return nil, fmt.Errorf("read sandbox state %s: %w", id, err)
+	}
+	var s sandbox
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("decode sandbox state %s: %w", id, err)
+	}
+	return &s, nil
+}
+
+// Lookup implements backend.Backend.
+func (b *Backend) Lookup(_ context.Context, id string) (backend.Instance, error) {
+	s, err := b.get(id)
+	if err != nil {
+		return backend.Instance{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.instance(), nil
+}
+
+// Close implements backend.Backend; sandboxes keep running.
+func (b *Backend) Close() error { return nil }
+
+var _ backend.Backend = (*Backend)(nil)
+
+// agentClient returns a client for the sandbox's agent.
+func agentClient(addr netip.Addr, token string) *agentapi.Client {
+	return agentapi.NewClient(addr, token)
+}

@@ -1,0 +1,48 @@
+package cli
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cubby-dev/cubby/internal/server"
+)
+
+func newServeCmd() *cobra.Command {
+	var cfg server.Config
+	var subnet string
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the control plane (E2B REST API) and the sandbox gateway",
+		Long: `Run the Cubby server: the E2B-compatible control plane and the sandbox gateway on
+one listener. Point the official SDKs at it with
+  E2B_API_URL=http://ADDR  E2B_SANDBOX_URL=http://ADDR  E2B_API_KEY=<key>
+On first start the built-in "base" template is built (a few minutes) and an API key
+is printed once. CUBBY_API_KEY, when set, is accepted as an API key too.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if os.Geteuid() != 0 {
+				return fmt.Errorf("cubby serve must run as root (it creates containers, mounts and network namespaces)")
+			}
+			p, err := netip.ParsePrefix(subnet)
+			if err != nil {
+				return fmt.Errorf("--subnet: %w", err)
+			}
+			cfg.Subnet = p
+			cfg.EnvAPIKey = os.Getenv("CUBBY_API_KEY")
+			return server.Run(cmd.Context(), cfg, logger(cmd, false))
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:3000", "address of the API and the sandbox gateway")
+	f.StringVar(&cfg.DataDir, "data-dir", "/var/lib/cubby", "directory for the database, templates and sandboxes")
+	f.StringVar(&cfg.TemplatesDir, "templates-dir", "", "directory of built templates (default <data-dir>/templates)")
+	f.StringVar(&cfg.Domain, "domain", "", "domain for <port>-<sandboxID>.<domain> host routing (returned to SDKs)")
+	f.StringVar(&cfg.Bridge, "bridge", "cubby0", "host bridge the sandboxes attach to")
+	f.StringVar(&subnet, "subnet", "10.77.0.0/16", "address range of the sandboxes")
+	f.StringVar(&cfg.RuncBinary, "runc", "runc", "runc binary")
+	f.StringVar(&cfg.DefaultTemplate, "default-template", "base", "template used when a create names none; built on first start")
+	return cmd
+}

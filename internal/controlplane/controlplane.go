@@ -1,0 +1,265 @@
+// Package controlplane implements Cubby's control plane: the E2B-compatible REST
+// API (shared/protocol/e2b-wire.md §2) over a backend.Backend, sandbox records and
+// API keys in the SQLite store, per-sandbox TTL timers, resource-metric sampling,
+// recovery after a restart, and the in-memory routing table the sandbox gateway
+// reads.
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cubby-dev/cubby/internal/backend"
+	"github.com/cubby-dev/cubby/internal/store"
+)
+
+// Config tunes the control plane. Zero fields take the documented defaults.
+type Config struct {
+	// DefaultTemplate is used when a create request names no template. Default "base".
+	DefaultTemplate string
+	// Domain is returned as the sandbox `domain` (E2B wire §1.2) when non-empty;
+	// otherwise `domain` is null and the SDKs use E2B_DOMAIN.
+	Domain string
+	// MaxTimeout bounds every sandbox TTL (create, timeout, connect). Default 24h.
+	MaxTimeout time.Duration
+	// DefaultCPU is the CPU count of new sandboxes. Default 2.
+	DefaultCPU int
+	// DefaultMemoryMB is the memory limit of new sandboxes in MiB. Default 512.
+	DefaultMemoryMB int
+	// DefaultDiskMB is the writable-layer size of new sandboxes in MiB. Default 1024.
+	DefaultDiskMB int
+	// EnvAPIKey (CUBBY_API_KEY) is accepted as an API key in addition to the
+	// stored keys when non-empty.
+	EnvAPIKey string
+	// MetricsInterval is the period of the resource sampler. Default 5s.
+	MetricsInterval time.Duration
+}
+
+func (c *Config) defaults() {
+	if c.DefaultTemplate == "" {
+		c.DefaultTemplate = "base"
+	}
+	if c.MaxTimeout <= 0 {
+		c.MaxTimeout = 24 * time.Hour
+	}
+	if c.DefaultCPU <= 0 {
+		c.DefaultCPU = 2
+	}
+	if c.DefaultMemoryMB <= 0 {
+		c.DefaultMemoryMB = 512
+	}
+	if c.DefaultDiskMB <= 0 {
+		c.DefaultDiskMB = 1024
+	}
+	if c.MetricsInterval <= 0 {
+		c.MetricsInterval = 5 * time.Second
+	}
+}
+
+// Deps are the components the control plane drives.
+type Deps struct {
+	// Store persists records and keys. Required.
+	Store *store.Store
+	// Backend runs sandboxes. Required by Start and the sandbox routes; a Service
+	// built without one can only manage API keys.
+	Backend backend.Backend
+	// Templates resolves template IDs and aliases. Required by create and list.
+	Templates TemplateResolver
+	// OnKill, when set, is called right after a sandbox was killed or paused so
+	// the gateway can cut its open connections. It must not block for long.
+	OnKill func(id string)
+	// Log receives operational logs; nil discards them.
+	Log *slog.Logger
+}
+
+// Service is the control plane. Its methods are safe for concurrent use.
+type Service struct {
+	cfg       Config
+	store     *store.Store
+	backend   backend.Backend
+	templates TemplateResolver
+	onKill    func(id string)
+	log       *slog.Logger
+	ringSize  int
+
+	mu      sync.RWMutex
+	live    map[string]*sandbox // running and paused sandboxes
+	started bool
+	closed  bool
+	wg      sync.WaitGroup     // sampler and expiry callbacks
+	bg      context.Context    // cancelled by Shutdown
+	cancel  context.CancelFunc // cancels bg
+
+	touchMu   sync.Mutex
+	lastTouch map[string]time.Time // API key ID -> last recorded use
+}
+
+// metricsRetention is how much sample history each sandbox keeps in memory.
+const metricsRetention = time.Hour
+
+// New builds a control plane from cfg and deps. It starts nothing: call Start to
+// recover sandboxes, arm TTLs and start the sampler. Errors: a missing Store.
+func New(cfg Config, deps Deps) (*Service, error) {
+	if deps.Store == nil {
+		return nil, errors.New("controlplane: a store is required")
+	}
+	cfg.defaults()
+	log := deps.Log
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	bg, cancel := context.WithCancel(context.Background())
+	ring := int(metricsRetention / cfg.MetricsInterval)
+	return &Service{
+		cfg: cfg, store: deps.Store, backend: deps.Backend, templates: deps.Templates,
+		onKill: deps.OnKill, log: log, ringSize: min(max(ring, 16), 4096),
+		live: map[string]*sandbox{}, bg: bg, cancel: cancel, lastTouch: map[string]time.Time{},
+	}, nil
+}
+
+// Start recovers after a (possibly unclean) restart: it loads the sandboxes the
+// store says are running or paused, asks the backend to re-adopt them
+// (backend.Recover), marks the others killed with reason "lost across restart",
+// re-arms their TTLs (killing or pausing those already past their deadline before
+// returning) and starts the metrics sampler. It may be called once.
+func (s *Service) Start(ctx context.Context) error {
+	if s.backend == nil || s.templates == nil {
+		return errors.New("controlplane: start needs a backend and a template resolver")
+	}
+	s.mu.Lock()
+	if s.started || s.closed {
+		s.mu.Unlock()
+		return errors.New("controlplane: already started or shut down")
+	}
+	s.started = true
+	s.mu.Unlock()
+	if err := s.recover(ctx); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.wg.Add(1)
+	go s.sampleLoop()
+	return nil
+}
+
+// Shutdown stops TTL timers and the sampler and waits (until ctx is done) for
+// expiry work in flight. Sandboxes keep running; the next Start re-adopts them.
+func (s *Service) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	for _, sb := range s.live {
+		if sb.timer != nil {
+			sb.timer.Stop()
+			sb.timer = nil
+		}
+	}
+	s.mu.Unlock()
+	s.cancel()
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("controlplane shutdown: %w", ctx.Err())
+	}
+}
+
+// enter registers background work unless the service is shut down.
+func (s *Service) enter() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.wg.Add(1)
+	return true
+}
+
+// recover implements the restart half of Start.
+func (s *Service) recover(ctx context.Context) error {
+	recs, err := s.store.ListSandboxes(ctx, store.SandboxFilter{States: []store.State{store.StateRunning, store.StatePaused}})
+	if err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	ids := make([]string, 0, len(recs))
+	for _, r := range recs {
+		ids = append(ids, r.ID)
+	}
+	insts, err := s.backend.Recover(ctx, ids)
+	if err != nil {
+		return fmt.Errorf("recover: backend: %w", err)
+	}
+	byID := make(map[string]backend.Instance, len(insts))
+	for _, in := range insts {
+		byID[in.SandboxID] = in
+	}
+	var due []*sandbox
+	for _, r := range recs {
+		in, ok := byID[r.ID]
+		if !ok {
+			s.log.Warn("sandbox lost across restart", "sandbox", r.ID)
+			if err := s.store.MarkKilled(ctx, r.ID, time.Now(), reasonLost); err != nil {
+				return fmt.Errorf("recover: %w", err)
+			}
+			continue
+		}
+		sb, err := s.adopt(ctx, r, in)
+		if err != nil {
+			return fmt.Errorf("recover: %w", err)
+		}
+		if sb.running() && !time.Now().Before(sb.endAt) {
+			due = append(due, sb)
+		}
+	}
+	for _, sb := range due {
+		s.expire(sb)
+	}
+	s.log.Info("recovered sandboxes", "adopted", len(recs)-countLost(recs, byID), "lost", countLost(recs, byID))
+	return nil
+}
+
+func countLost(recs []store.Sandbox, alive map[string]backend.Instance) int {
+	n := 0
+	for _, r := range recs {
+		if _, ok := alive[r.ID]; !ok {
+			n++
+		}
+	}
+	return n
+}
+
+// adopt reconciles one surviving sandbox's record with the backend's view and
+// registers it (with its TTL armed when running).
+func (s *Service) adopt(ctx context.Context, r store.Sandbox, in backend.Instance) (*sandbox, error) {
+	switch {
+	case in.Paused && r.State == store.StateRunning:
+		if err := s.store.MarkPaused(ctx, r.ID); err != nil {
+			return nil, err
+		}
+	case !in.Paused && r.State == store.StatePaused:
+		if err := s.store.MarkResumed(ctx, r.ID, in.Addr, r.EndAt); err != nil {
+			return nil, err
+		}
+	}
+	if in.Addr != r.Addr || (in.Runtime != "" && in.Runtime != r.Runtime) {
+		if err := s.store.SetAddr(ctx, r.ID, in.Addr, in.Runtime); err != nil {
+			return nil, err
+		}
+	}
+	sb := newSandbox(r, in.Addr, !in.Paused, s.ringSize)
+	s.register(sb)
+	return sb, nil
+}

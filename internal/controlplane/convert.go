@@ -1,0 +1,88 @@
+package controlplane
+
+import (
+	"encoding/json"
+
+	"github.com/cubby-dev/cubby/internal/agentapi"
+	"github.com/cubby-dev/cubby/internal/api"
+	"github.com/cubby-dev/cubby/internal/store"
+)
+
+// clientID is the deprecated constant E2B still returns and Python requires (E2B wire §2.2).
+const clientID = "6532622b"
+
+func (s *Service) domain() *string {
+	if s.cfg.Domain == "" {
+		return nil
+	}
+	d := s.cfg.Domain
+	return &d
+}
+
+func optString(v string) *string {
+	if v == "" {
+		return nil
+	}
+	return &v
+}
+
+// sandboxView is the Sandbox body of create and connect (E2B wire §2.2).
+func (s *Service) sandboxView(r store.Sandbox) api.Sandbox {
+	return api.Sandbox{
+		SandboxID: r.ID, TemplateID: r.TemplateID, Alias: optString(r.TemplateAlias),
+		ClientID: clientID, EnvdVersion: agentapi.EnvdVersion,
+		EnvdAccessToken: optString(r.AccessToken), TrafficAccessToken: optString(r.TrafficToken),
+		Domain: s.domain(),
+	}
+}
+
+// detailView is the SandboxDetail body of GET /sandboxes/{id}.
+func (s *Service) detailView(r store.Sandbox) api.SandboxDetail {
+	meta := api.SandboxMetadata(r.Metadata)
+	life := api.SandboxLifecycle{OnTimeout: api.SandboxLifecycleOnTimeout(r.Lifecycle.OnTimeout), AutoResume: r.Lifecycle.AutoResume}
+	if life.OnTimeout == "" {
+		life.OnTimeout = api.Kill
+	}
+	return api.SandboxDetail{
+		SandboxID: r.ID, TemplateID: r.TemplateID, Alias: optString(r.TemplateAlias),
+		ClientID: clientID, EnvdVersion: agentapi.EnvdVersion, EnvdAccessToken: optString(r.AccessToken),
+		Domain: s.domain(), StartedAt: r.StartedAt.UTC(), EndAt: r.EndAt.UTC(),
+		CpuCount: int32(r.CPUCount), MemoryMB: int32(r.MemoryMB), DiskSizeMB: int32(r.DiskSizeMB),
+		State: api.SandboxState(r.State), Metadata: &meta, AllowInternetAccess: r.AllowInternetAccess,
+		Network: networkView(r.Network), Lifecycle: &life,
+	}
+}
+
+// networkView decodes the stored network config, dropping the egress proxy password.
+func networkView(raw json.RawMessage) *api.SandboxNetworkConfig {
+	if len(raw) == 0 {
+		return nil
+	}
+	var n api.SandboxNetworkConfig
+	if err := json.Unmarshal(raw, &n); err != nil {
+		return nil
+	}
+	if n.EgressProxy != nil {
+		n.EgressProxy.Password = nil
+	}
+	return &n
+}
+
+// listedView is one element of the list endpoints.
+func listedView(r store.Sandbox) api.ListedSandbox {
+	meta := api.SandboxMetadata(r.Metadata)
+	return api.ListedSandbox{
+		SandboxID: r.ID, TemplateID: r.TemplateID, Alias: optString(r.TemplateAlias), ClientID: clientID,
+		StartedAt: r.StartedAt.UTC(), EndAt: r.EndAt.UTC(),
+		CpuCount: int32(r.CPUCount), MemoryMB: int32(r.MemoryMB), DiskSizeMB: int32(r.DiskSizeMB),
+		State: api.SandboxState(r.State), EnvdVersion: agentapi.EnvdVersion, Metadata: &meta,
+	}
+}
+
+func listedViews(recs []store.Sandbox) []api.ListedSandbox {
+	out := make([]api.ListedSandbox, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, listedView(r))
+	}
+	return out
+}

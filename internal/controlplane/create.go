@@ -1,0 +1,229 @@
+package controlplane
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cubby-dev/cubby/internal/agentapi"
+	"github.com/cubby-dev/cubby/internal/api"
+	"github.com/cubby-dev/cubby/internal/backend"
+	"github.com/cubby-dev/cubby/internal/store"
+)
+
+// Default sandbox TTLs (E2B wire §2.3): v1 create 15 s, v2 create and connect 300 s.
+const (
+	defaultTimeoutV1      = 15 * time.Second
+	defaultTimeoutV2      = 300 * time.Second
+	defaultConnectTimeout = 300 * time.Second
+	createTimeout         = 5 * time.Minute
+)
+
+// Agent defaults sent in backend.CreateRequest.Init (E2B wire §3.6).
+const (
+	defaultUser    = "user"
+	defaultWorkdir = "/home/user"
+)
+
+// createSpec is a validated create request.
+type createSpec struct {
+	template  string
+	ttl       time.Duration
+	secure    bool
+	metadata  map[string]string
+	envVars   map[string]string
+	allowNet  *bool
+	network   json.RawMessage
+	lifecycle store.Lifecycle
+	traffic   bool // trafficAccessToken required (network.allowPublicTraffic=false)
+}
+
+// specFromBody validates a create body; secure and defTTL depend on the API version.
+func (s *Service) specFromBody(b api.NewSandboxV2, secure bool, defTTL time.Duration) (createSpec, error) {
+	sp := createSpec{template: s.cfg.DefaultTemplate, secure: secure, allowNet: b.AllowInternetAccess}
+	if b.TemplateID != nil && *b.TemplateID != "" {
+		sp.template = *b.TemplateID
+	}
+	ttl, err := s.ttl(b.Timeout, defTTL)
+	if err != nil {
+		return createSpec{}, err
+	}
+	if ttl == 0 {
+		ttl = defTTL
+	}
+	sp.ttl = ttl
+	if err := unsupported(b); err != nil {
+		return createSpec{}, err
+	}
+	if sp.metadata, err = stringMap(b.Metadata, "metadata"); err != nil {
+		return createSpec{}, err
+	}
+	if sp.envVars, err = envVars(b.EnvVars); err != nil {
+		return createSpec{}, err
+	}
+	if sp.lifecycle, err = lifecycle(b); err != nil {
+		return createSpec{}, err
+	}
+	if b.Network != nil {
+		if sp.network, err = json.Marshal(b.Network); err != nil {
+			return createSpec{}, fmt.Errorf("encode network: %w", err)
+		}
+		sp.traffic = b.Network.AllowPublicTraffic != nil && !*b.Network.AllowPublicTraffic
+	}
+	return sp, nil
+}
+
+// unsupported rejects create options Cubby cannot honour rather than ignoring them.
+func unsupported(b api.NewSandboxV2) error {
+	switch {
+	case b.VolumeMounts != nil && len(*b.VolumeMounts) > 0:
+		return badRequest("volumeMounts are not supported by this server")
+	case b.Mcp != nil && len(*b.Mcp) > 0:
+		return badRequest("mcp is not supported by this server")
+	case b.Iam != nil && len(*b.Iam) > 0:
+		return badRequest("iam is not supported by this server")
+	}
+	return nil
+}
+
+func stringMap[M ~map[string]string](m *M, what string) (map[string]string, error) {
+	out := map[string]string{}
+	if m == nil {
+		return out, nil
+	}
+	for k, v := range *m {
+		if k == "" {
+			return nil, badRequest(what + " keys must not be empty")
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+func envVars(m *api.EnvVars) (map[string]string, error) {
+	out, err := stringMap(m, "envVars")
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range out {
+		if strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return nil, badRequest(fmt.Sprintf("invalid environment variable %q", k))
+		}
+	}
+	return out, nil
+}
+
+// lifecycle derives the stored lifecycle from lifecycle, autoPause, autoPauseMemory
+// and autoResume (autoPause=true and autoResume.enabled override lifecycle).
+func lifecycle(b api.NewSandboxV2) (store.Lifecycle, error) {
+	l := store.Lifecycle{OnTimeout: string(api.Kill)}
+	if b.Lifecycle != nil {
+		if b.Lifecycle.OnTimeout != "" && !b.Lifecycle.OnTimeout.Valid() {
+			return store.Lifecycle{}, badRequest(fmt.Sprintf("invalid lifecycle.onTimeout %q", b.Lifecycle.OnTimeout))
+		}
+		if b.Lifecycle.OnTimeout != "" {
+			l.OnTimeout = string(b.Lifecycle.OnTimeout)
+		}
+		l.AutoResume = b.Lifecycle.AutoResume
+	}
+	if b.AutoPause != nil && *b.AutoPause {
+		l.OnTimeout = string(api.Pause)
+	}
+	if b.AutoPauseMemory != nil {
+		l.AutoPauseMemory = *b.AutoPauseMemory
+	}
+	if b.AutoResume != nil && b.AutoResume.Enabled {
+		l.AutoResume = true
+	}
+	return l, nil
+}
+
+// ttl validates a timeout in seconds: nil gives def; negative or above MaxTimeout
+// is a 400.
+func (s *Service) ttl(sec *int32, def time.Duration) (time.Duration, error) {
+	if sec == nil {
+		return def, nil
+	}
+	if *sec < 0 {
+		return 0, badRequest("timeout must not be negative")
+	}
+	d := time.Duration(*sec) * time.Second
+	if d > s.cfg.MaxTimeout {
+		return 0, badRequest(fmt.Sprintf("timeout %d s exceeds the maximum of %d s", *sec, int64(s.cfg.MaxTimeout/time.Second)))
+	}
+	return d, nil
+}
+
+// create starts a sandbox and returns its record. A failed backend create leaves
+// the record killed with the cause as reason and returns the error.
+func (s *Service) create(ctx context.Context, sp createSpec) (store.Sandbox, error) {
+	ref, err := s.templates.Resolve(ctx, sp.template)
+	if errors.Is(err, ErrTemplateNotFound) {
+		return store.Sandbox{}, &httpError{status: 404, msg: fmt.Sprintf("template '%s' not found", sp.template)}
+	}
+	if err != nil {
+		return store.Sandbox{}, fmt.Errorf("resolve template %q: %w", sp.template, err)
+	}
+	rec := s.newRecord(sp, ref)
+	if err := s.store.InsertSandbox(ctx, rec); err != nil {
+		return store.Sandbox{}, err
+	}
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
+	defer cancel()
+	in, err := s.backend.Create(bctx, s.createRequest(rec, ref, sp))
+	if err != nil {
+		s.failCreate(bctx, rec.ID, err)
+		return store.Sandbox{}, fmt.Errorf("create sandbox: %w", err)
+	}
+	rec.StartedAt = time.Now().UTC().Truncate(time.Millisecond)
+	rec.EndAt, rec.Addr, rec.Runtime = rec.StartedAt.Add(sp.ttl), in.Addr, in.Runtime
+	if err := s.store.MarkStarted(bctx, rec.ID, rec.Addr, rec.Runtime, rec.StartedAt, rec.EndAt); err != nil {
+		_ = s.backend.Kill(bctx, rec.ID)
+		s.failCreate(bctx, rec.ID, err)
+		return store.Sandbox{}, fmt.Errorf("record sandbox start: %w", err)
+	}
+	sb := newSandbox(rec, in.Addr, true, s.ringSize)
+	s.register(sb)
+	s.sampleOne(bctx, sb)
+	s.log.Info("sandbox created", "sandbox", rec.ID, "template", ref.ID, "ttl", sp.ttl)
+	return rec, nil
+}
+
+func (s *Service) failCreate(ctx context.Context, id string, cause error) {
+	s.log.Error("sandbox create failed", "sandbox", id, "err", cause)
+	if err := s.store.MarkKilled(ctx, id, time.Now(), "create failed: "+cause.Error()); err != nil {
+		s.log.Error("record failed create", "sandbox", id, "err", err)
+	}
+}
+
+func (s *Service) newRecord(sp createSpec, ref TemplateRef) store.Sandbox {
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	rec := store.Sandbox{
+		ID: newSandboxID(), TemplateID: ref.ID, TemplateAlias: ref.Alias,
+		Metadata: sp.metadata, EnvVars: sp.envVars,
+		CPUCount: s.cfg.DefaultCPU, MemoryMB: s.cfg.DefaultMemoryMB, DiskSizeMB: s.cfg.DefaultDiskMB,
+		StartedAt: now, EndAt: now.Add(sp.ttl), State: store.StateRunning, Secure: sp.secure,
+		AllowInternetAccess: sp.allowNet, Network: sp.network, Lifecycle: sp.lifecycle,
+	}
+	if sp.secure {
+		rec.AccessToken = newToken()
+	}
+	if sp.traffic {
+		rec.TrafficToken = newToken()
+	}
+	return rec
+}
+
+func (s *Service) createRequest(rec store.Sandbox, ref TemplateRef, sp createSpec) backend.CreateRequest {
+	return backend.CreateRequest{
+		SandboxID: rec.ID, TemplateID: ref.ID, RootfsDir: ref.RootfsDir,
+		CPUCount: rec.CPUCount, MemoryMB: rec.MemoryMB, DiskSizeMB: rec.DiskSizeMB,
+		Init: agentapi.InitRequest{
+			EnvVars: sp.envVars, AccessToken: rec.AccessToken,
+			DefaultUser: defaultUser, DefaultWorkdir: defaultWorkdir, Timestamp: time.Now(),
+		},
+	}
+}

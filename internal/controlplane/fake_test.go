@@ -1,0 +1,319 @@
+package controlplane
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cubby-dev/cubby/internal/backend"
+	"github.com/cubby-dev/cubby/internal/store"
+)
+
+// fakeBackend is a test-only, in-memory backend.Backend (a mock: real sandboxes
+// need runc and root, which the handler tests do not exercise).
+type fakeBackend struct {
+	mu        sync.Mutex
+	instances map[string]*backend.Instance
+	creates   []backend.CreateRequest
+	createErr error // returned by Create when set
+	noPause   bool  // Pause/Resume return ErrNotSupported
+	nextIP    int
+}
+
+func newFakeBackend() *fakeBackend {
+	return &fakeBackend{instances: map[string]*backend.Instance{}, nextIP: 2}
+}
+
+func (f *fakeBackend) Create(_ context.Context, req backend.CreateRequest) (backend.Instance, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.creates = append(f.creates, req)
+	if f.createErr != nil {
+		return backend.Instance{}, f.createErr
+	}
+	in := &backend.Instance{
+		SandboxID: req.SandboxID, Addr: netip.AddrFrom4([4]byte{10, 77, byte(f.nextIP >> 8), byte(f.nextIP)}),
+		Runtime: "fake", StartedAt: time.Now(),
+	}
+	f.nextIP++
+	f.instances[req.SandboxID] = in
+	return *in, nil
+}
+
+func (f *fakeBackend) Kill(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.instances, id)
+	return nil
+}
+
+func (f *fakeBackend) setPaused(id string, paused bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.noPause {
+		return backend.ErrNotSupported
+	}
+	in, ok := f.instances[id]
+	if !ok {
+		return backend.ErrNotFound
+	}
+	in.Paused = paused
+	return nil
+}
+
+func (f *fakeBackend) Pause(_ context.Context, id string) error  { return f.setPaused(id, true) }
+func (f *fakeBackend) Resume(_ context.Context, id string) error { return f.setPaused(id, false) }
+
+func (f *fakeBackend) Lookup(_ context.Context, id string) (backend.Instance, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	in, ok := f.instances[id]
+	if !ok {
+		return backend.Instance{}, backend.ErrNotFound
+	}
+	return *in, nil
+}
+
+func (f *fakeBackend) Stats(_ context.Context, id string) (backend.Stats, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.instances[id]; !ok {
+		return backend.Stats{}, backend.ErrNotFound
+	}
+	return backend.Stats{Timestamp: time.Now(), CPUCount: 2, CPUUsedPct: 12.5, MemUsed: 1 << 20,
+		MemTotal: 512 << 20, MemCache: 4096, DiskUsed: 8192, DiskTotal: 1 << 30}, nil
+}
+
+// Recover keeps the known instances it has and drops every other one.
+func (f *fakeBackend) Recover(_ context.Context, known []string) ([]backend.Instance, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	keep := map[string]*backend.Instance{}
+	var out []backend.Instance
+	for _, id := range known {
+		if in, ok := f.instances[id]; ok {
+			keep[id] = in
+			out = append(out, *in)
+		}
+	}
+	f.instances = keep
+	return out, nil
+}
+
+func (f *fakeBackend) Close() error { return nil }
+
+func (f *fakeBackend) has(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.instances[id]
+	return ok
+}
+
+func (f *fakeBackend) lastCreate() backend.CreateRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.creates[len(f.creates)-1]
+}
+
+// harness is a Service on a fresh store and fake backend behind an httptest server.
+type harness struct {
+	t       *testing.T
+	svc     *Service
+	store   *store.Store
+	fake    *fakeBackend
+	srv     *httptest.Server
+	key     string
+	dbPath  string
+	killed  chan string
+	cfg     Config
+	stopped bool
+}
+
+func newHarness(t *testing.T, cfg Config) *harness {
+	t.Helper()
+	dbPath := filepath.Join(t.TempDir(), "cubby.db")
+	st, err := store.Open(context.Background(), dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	for _, tp := range []store.Template{
+		{ID: "tplbase1", Name: "base", Aliases: []string{"base-alias"}, RootfsDir: "/rootfs/base", BuiltAt: time.Now()},
+		{ID: "tplci1", Name: "code-interpreter-v1", RootfsDir: "/rootfs/ci", BuiltAt: time.Now()},
+	} {
+		if err := st.PutTemplate(context.Background(), tp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := &harness{t: t, store: st, fake: newFakeBackend(), dbPath: dbPath, cfg: cfg}
+	h.start()
+	key, created, err := h.svc.EnsureAPIKey(context.Background())
+	if err != nil || !created {
+		t.Fatalf("EnsureAPIKey = %q, %v, %v", key, created, err)
+	}
+	h.key = key
+	return h
+}
+
+// start builds and starts a new Service on the harness's store and backend.
+func (h *harness) start() {
+	h.t.Helper()
+	h.killed = make(chan string, 100)
+	killed := h.killed
+	svc, err := New(h.cfg, Deps{
+		Store: h.store, Backend: h.fake, Templates: StoreTemplates{Store: h.store},
+		OnKill: func(id string) { killed <- id },
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := svc.Start(context.Background()); err != nil {
+		h.t.Fatal(err)
+	}
+	h.svc = svc
+	h.srv = httptest.NewServer(svc.Handler())
+	h.stopped = false
+	h.t.Cleanup(h.stop)
+}
+
+// stop shuts the current Service down (sandboxes stay in the fake backend).
+func (h *harness) stop() {
+	if h.stopped {
+		return
+	}
+	h.stopped = true
+	h.srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.svc.Shutdown(ctx); err != nil {
+		h.t.Errorf("shutdown: %v", err)
+	}
+}
+
+// response is a decoded HTTP answer.
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r response) json(t *testing.T, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.body, v); err != nil {
+		t.Fatalf("decode %s: %v", r.body, err)
+	}
+}
+
+// do sends a request with the harness's API key.
+func (h *harness) do(method, path string, body any) response {
+	h.t.Helper()
+	return h.doKey(h.key, method, path, body)
+}
+
+func (h *harness) doKey(key, method, path string, body any) response {
+	h.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = bytes.NewBufferString(b)
+	default:
+		raw, err := json.Marshal(b)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, h.srv.URL+path, rd)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("X-API-KEY", key)
+	}
+	resp, err := h.srv.Client().Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: raw}
+}
+
+// wantError asserts a JSON error body {"code":status,"message":non-empty}.
+func wantError(t *testing.T, r response, status int) string {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status = %d, want %d; body %s", r.status, status, r.body)
+	}
+	if ct := r.header.Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("error content type = %q", ct)
+	}
+	var e struct {
+		Code    *int    `json:"code"`
+		Message *string `json:"message"`
+	}
+	r.json(t, &e)
+	if e.Code == nil || *e.Code != status || e.Message == nil || *e.Message == "" {
+		t.Fatalf("error body = %s, want code %d and a message", r.body, status)
+	}
+	return *e.Message
+}
+
+// create makes a sandbox through POST /v2/sandboxes and returns its ID.
+func (h *harness) create(body map[string]any) string {
+	h.t.Helper()
+	r := h.do("POST", "/v2/sandboxes", body)
+	if r.status != http.StatusCreated {
+		h.t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	var sb struct {
+		SandboxID string `json:"sandboxID"`
+	}
+	r.json(h.t, &sb)
+	return sb.SandboxID
+}
+
+// waitKilled waits (bounded) for OnKill to report id.
+func (h *harness) waitKilled(id string, within time.Duration) time.Time {
+	h.t.Helper()
+	deadline := time.After(within)
+	for {
+		select {
+		case got := <-h.killed:
+			if got == id {
+				return time.Now()
+			}
+		case <-deadline:
+			h.t.Fatalf("sandbox %s was not killed within %v", id, within)
+		}
+	}
+}
+
+func (h *harness) record(id string) store.Sandbox {
+	h.t.Helper()
+	r, err := h.store.GetSandbox(context.Background(), id)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return r
+}
+
+func str(v string) *string { return &v }
+
+var _ = fmt.Sprintf

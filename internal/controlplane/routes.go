@@ -1,0 +1,44 @@
+package controlplane
+
+import (
+	"net/netip"
+	"sort"
+)
+
+// Route is what the sandbox gateway needs to forward a request to a sandbox.
+type Route struct {
+	Addr         netip.Addr // host-reachable address of the sandbox
+	Running      bool       // false while paused: the gateway answers 502 (E2B wire §1.3)
+	AccessToken  string     // envd X-Access-Token; "" for unsecured sandboxes
+	TrafficToken string     // E2B-Traffic-Access-Token required on non-envd ports; "" = public
+}
+
+// RouteWithID is a Route with its sandbox ID.
+type RouteWithID struct {
+	ID string
+	Route
+}
+
+// Route returns the route of a running or paused sandbox from memory (no store
+// access). ok is false for unknown and killed sandboxes.
+func (s *Service) Route(id string) (Route, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	sb, ok := s.live[id]
+	if !ok {
+		return Route{}, false
+	}
+	return sb.route, true
+}
+
+// Routes returns the routes of every running or paused sandbox, sorted by ID.
+func (s *Service) Routes() []RouteWithID {
+	s.mu.RLock()
+	out := make([]RouteWithID, 0, len(s.live))
+	for id, sb := range s.live {
+		out = append(out, RouteWithID{ID: id, Route: sb.route})
+	}
+	s.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}

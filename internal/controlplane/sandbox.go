@@ -1,0 +1,259 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/cubby-dev/cubby/internal/backend"
+	"github.com/cubby-dev/cubby/internal/store"
+)
+
+// Kill reasons recorded in the store.
+const (
+	reasonLost    = "lost across restart"
+	reasonTimeout = "timeout"
+	reasonRequest = "killed by request"
+	reasonGone    = "backend no longer runs the sandbox"
+)
+
+// sandbox is the in-memory state of a running or paused sandbox.
+type sandbox struct {
+	id      string
+	op      sync.Mutex // serialises lifecycle operations on this sandbox
+	metrics *ring
+
+	// Guarded by Service.mu.
+	gone      bool // killed or lost; no longer in Service.live
+	route     Route
+	endAt     time.Time
+	onTimeout string // "kill" or "pause"
+	timer     *time.Timer
+}
+
+func newSandbox(r store.Sandbox, addr netip.Addr, running bool, ringSize int) *sandbox {
+	return &sandbox{
+		id:        r.ID,
+		metrics:   newRing(ringSize),
+		route:     Route{Addr: addr, Running: running, AccessToken: r.AccessToken, TrafficToken: r.TrafficToken},
+		endAt:     r.EndAt,
+		onTimeout: r.Lifecycle.OnTimeout,
+	}
+}
+
+// running reports whether the sandbox is live and not paused.
+func (sb *sandbox) running() bool { return !sb.gone && sb.route.Running }
+
+// register adds sb to the live table and arms its TTL when it is running.
+func (s *Service) register(sb *sandbox) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.live[sb.id] = sb
+	if sb.route.Running {
+		s.armLocked(sb)
+	}
+}
+
+// lookup returns the live sandbox with this ID or nil.
+func (s *Service) lookup(id string) *sandbox {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.live[id]
+}
+
+// acquire returns the live sandbox with id locked for a lifecycle operation, or a
+// 404 error. The caller must unlock sb.op.
+func (s *Service) acquire(id string) (*sandbox, error) {
+	sb := s.lookup(id)
+	if sb == nil {
+		return nil, sandboxNotFound(id)
+	}
+	sb.op.Lock()
+	s.mu.RLock()
+	gone := sb.gone
+	s.mu.RUnlock()
+	if gone {
+		sb.op.Unlock()
+		return nil, sandboxNotFound(id)
+	}
+	return sb, nil
+}
+
+// forget removes sb from the live table and stops its timer.
+func (s *Service) forget(sb *sandbox) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sb.gone = true
+	if sb.timer != nil {
+		sb.timer.Stop()
+		sb.timer = nil
+	}
+	if s.live[sb.id] == sb {
+		delete(s.live, sb.id)
+	}
+}
+
+func (s *Service) notifyKill(id string) {
+	if s.onKill != nil {
+		s.onKill(id)
+	}
+}
+
+// kill kills a live sandbox (running or paused). Unknown or killed IDs give 404.
+func (s *Service) kill(ctx context.Context, id, reason string) error {
+	sb, err := s.acquire(id)
+	if err != nil {
+		return err
+	}
+	defer sb.op.Unlock()
+	return s.killLocked(ctx, sb, reason)
+}
+
+// killLocked kills sb; the caller holds sb.op.
+func (s *Service) killLocked(ctx context.Context, sb *sandbox, reason string) error {
+	if err := s.backend.Kill(ctx, sb.id); err != nil {
+		return fmt.Errorf("kill sandbox %s: %w", sb.id, err)
+	}
+	s.forget(sb)
+	err := s.store.MarkKilled(ctx, sb.id, time.Now(), reason)
+	s.notifyKill(sb.id)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("record kill of %s: %w", sb.id, err)
+	}
+	s.log.Info("sandbox killed", "sandbox", sb.id, "reason", reason)
+	return nil
+}
+
+// loseLocked records that the backend no longer runs sb; the caller holds sb.op.
+func (s *Service) loseLocked(ctx context.Context, sb *sandbox) {
+	s.forget(sb)
+	if err := s.store.MarkKilled(ctx, sb.id, time.Now(), reasonGone); err != nil && !errors.Is(err, store.ErrNotFound) {
+		s.log.Error("record lost sandbox", "sandbox", sb.id, "err", err)
+	}
+	s.notifyKill(sb.id)
+	s.log.Warn("sandbox vanished from the backend", "sandbox", sb.id)
+}
+
+// pause freezes a running sandbox: 409 when already paused, 404 when unknown,
+// an error wrapping backend.ErrNotSupported when the backend cannot pause.
+func (s *Service) pause(ctx context.Context, id string) error {
+	sb, err := s.acquire(id)
+	if err != nil {
+		return err
+	}
+	defer sb.op.Unlock()
+	return s.pauseLocked(ctx, sb)
+}
+
+// pauseLocked pauses sb; the caller holds sb.op.
+func (s *Service) pauseLocked(ctx context.Context, sb *sandbox) error {
+	s.mu.RLock()
+	running := sb.running()
+	s.mu.RUnlock()
+	if !running {
+		return &httpError{status: 409, msg: fmt.Sprintf("sandbox '%s' is already paused", sb.id)}
+	}
+	if err := s.backend.Pause(ctx, sb.id); err != nil {
+		if errors.Is(err, backend.ErrNotFound) {
+			s.loseLocked(ctx, sb)
+			return sandboxNotFound(sb.id)
+		}
+		return fmt.Errorf("pause sandbox %s: %w", sb.id, err)
+	}
+	if err := s.store.MarkPaused(ctx, sb.id); err != nil {
+		return fmt.Errorf("record pause of %s: %w", sb.id, err)
+	}
+	s.mu.Lock()
+	sb.route.Running = false
+	if sb.timer != nil {
+		sb.timer.Stop()
+		sb.timer = nil
+	}
+	s.mu.Unlock()
+	s.notifyKill(sb.id)
+	s.log.Info("sandbox paused", "sandbox", sb.id)
+	return nil
+}
+
+// connect extends a running sandbox's deadline to now+ttl when that is later
+// (resumed=false), or resumes a paused one with deadline now+ttl (resumed=true).
+func (s *Service) connect(ctx context.Context, id string, ttl time.Duration) (resumed bool, err error) {
+	sb, err := s.acquire(id)
+	if err != nil {
+		return false, err
+	}
+	defer sb.op.Unlock()
+	s.mu.RLock()
+	running, endAt := sb.running(), sb.endAt
+	s.mu.RUnlock()
+	deadline := time.Now().Add(ttl)
+	if running {
+		if deadline.After(endAt) {
+			return false, s.setDeadlineLocked(ctx, sb, deadline)
+		}
+		return false, nil
+	}
+	return true, s.resumeLocked(ctx, sb, deadline)
+}
+
+// resumeLocked thaws a paused sandbox with a new deadline; the caller holds sb.op.
+func (s *Service) resumeLocked(ctx context.Context, sb *sandbox, deadline time.Time) error {
+	if err := s.backend.Resume(ctx, sb.id); err != nil {
+		if errors.Is(err, backend.ErrNotFound) {
+			s.loseLocked(ctx, sb)
+			return sandboxNotFound(sb.id)
+		}
+		return fmt.Errorf("resume sandbox %s: %w", sb.id, err)
+	}
+	s.mu.RLock()
+	addr := sb.route.Addr
+	s.mu.RUnlock()
+	if in, err := s.backend.Lookup(ctx, sb.id); err == nil && in.Addr.IsValid() {
+		addr = in.Addr
+	}
+	if err := s.store.MarkResumed(ctx, sb.id, addr, deadline); err != nil {
+		return fmt.Errorf("record resume of %s: %w", sb.id, err)
+	}
+	s.mu.Lock()
+	sb.route.Running, sb.route.Addr, sb.endAt = true, addr, deadline
+	s.armLocked(sb)
+	s.mu.Unlock()
+	s.log.Info("sandbox resumed", "sandbox", sb.id)
+	return nil
+}
+
+// setTimeout replaces a running sandbox's deadline with now+ttl (it may shorten
+// it). Paused, killed and unknown sandboxes give 404.
+func (s *Service) setTimeout(ctx context.Context, id string, ttl time.Duration) error {
+	sb, err := s.acquire(id)
+	if err != nil {
+		return err
+	}
+	defer sb.op.Unlock()
+	s.mu.RLock()
+	running := sb.running()
+	s.mu.RUnlock()
+	if !running {
+		return &httpError{status: 404, msg: fmt.Sprintf("sandbox '%s' is paused", id)}
+	}
+	return s.setDeadlineLocked(ctx, sb, time.Now().Add(ttl))
+}
+
+// setDeadlineLocked stores and arms a new deadline; the caller holds sb.op.
+func (s *Service) setDeadlineLocked(ctx context.Context, sb *sandbox, deadline time.Time) error {
+	if err := s.store.SetEndAt(ctx, sb.id, deadline); err != nil {
+		return fmt.Errorf("set deadline of %s: %w", sb.id, err)
+	}
+	s.mu.Lock()
+	sb.endAt = deadline
+	s.armLocked(sb)
+	s.mu.Unlock()
+	return nil
+}
+
+func sandboxNotFound(id string) error {
+	return &httpError{status: 404, msg: fmt.Sprintf("sandbox '%s' not found", id)}
+}

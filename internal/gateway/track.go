@@ -1,0 +1,132 @@
+package gateway
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+)
+
+// aborter is a connection (or stream) CloseSandbox can cut.
+type aborter interface{ abort() }
+
+// registry maps sandbox IDs to the connections currently serving them.
+type registry struct {
+	mu sync.Mutex
+	m  map[string]map[aborter]struct{}
+}
+
+func newRegistry() *registry {
+	return &registry{m: make(map[string]map[aborter]struct{})}
+}
+
+func (r *registry) add(id string, a aborter) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	set := r.m[id]
+	if set == nil {
+		set = make(map[aborter]struct{})
+		r.m[id] = set
+	}
+	set[a] = struct{}{}
+}
+
+func (r *registry) remove(id string, a aborter) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	set := r.m[id]
+	delete(set, a)
+	if len(set) == 0 {
+		delete(r.m, id)
+	}
+}
+
+// take unregisters and returns everything registered under id.
+func (r *registry) take(id string) []aborter {
+	r.mu.Lock()
+	set := r.m[id]
+	delete(r.m, id)
+	r.mu.Unlock()
+	out := make([]aborter, 0, len(set))
+	for a := range set {
+		out = append(out, a)
+	}
+	return out
+}
+
+// count returns the number of registered connections (all sandboxes).
+func (r *registry) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, set := range r.m {
+		n += len(set)
+	}
+	return n
+}
+
+type clientConnKey struct{}
+
+// ConnContext records the client connection in the context of its requests; install
+// it as http.Server.ConnContext. Without it CloseSandbox can still abort in-flight
+// requests, but HTTP/1 clients then see a FIN instead of a TCP reset.
+func (g *Gateway) ConnContext(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, clientConnKey{}, c)
+}
+
+// clientStream is one in-flight client request for a sandbox. On HTTP/1 it owns the
+// whole connection (one request at a time), which is reset on abort. On HTTP/2 the
+// connection is shared with other sandboxes' streams, so only the stream is aborted.
+type clientStream struct {
+	conn   net.Conn // reset on abort; nil for HTTP/2 or without ConnContext
+	cancel context.CancelFunc
+	killed atomic.Bool
+}
+
+func newClientStream(r *http.Request, cancel context.CancelFunc) *clientStream {
+	cs := &clientStream{cancel: cancel}
+	if c, ok := r.Context().Value(clientConnKey{}).(net.Conn); ok && r.ProtoMajor < 2 {
+		cs.conn = c
+	}
+	return cs
+}
+
+func (s *clientStream) abort() {
+	s.killed.Store(true)
+	if s.conn != nil {
+		resetConn(s.conn)
+	}
+	s.cancel()
+}
+
+// resetConn closes c so that the peer receives a TCP RST rather than a FIN: it
+// unwraps TLS (skipping close_notify) and sets SO_LINGER to 0 before closing.
+func resetConn(c net.Conn) {
+	for {
+		u, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			break
+		}
+		c = u.NetConn()
+	}
+	if l, ok := c.(interface{ SetLinger(sec int) error }); ok {
+		_ = l.SetLinger(0)
+	}
+	_ = c.Close()
+}
+
+// trackedConn is an upstream connection registered under its sandbox until closed.
+type trackedConn struct {
+	net.Conn
+	id  string
+	reg *registry
+}
+
+// Close unregisters the connection and closes it.
+func (c *trackedConn) Close() error {
+	c.reg.remove(c.id, c)
+	return c.Conn.Close()
+}
+
+func (c *trackedConn) abort() { _ = c.Conn.Close() }

@@ -1,0 +1,156 @@
+package gateway
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// upstreamSuffix ends the synthetic host names used as upstream pool keys.
+const upstreamSuffix = ".upstream.invalid"
+
+// proxyTarget travels in the proxied request's context.
+type proxyTarget struct {
+	id     string
+	addr   netip.Addr
+	port   int
+	stream *clientStream
+}
+
+type proxyTargetKey struct{}
+
+// upstreamHost names the upstream as "<id>.<hex addr>.upstream.invalid:<port>", so the
+// Transport's keep-alive pool is keyed by sandbox and address: a connection is never
+// reused for another sandbox, even when an address is recycled. dialUpstream decodes it.
+func upstreamHost(id string, addr netip.Addr, port int) string {
+	return net.JoinHostPort(id+"."+hex.EncodeToString(addr.AsSlice())+upstreamSuffix, strconv.Itoa(port))
+}
+
+func parseUpstreamHost(hostport string) (id string, ap netip.AddrPort, err error) {
+	host, portText, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return "", ap, fmt.Errorf("upstream address %q: %w", hostport, err)
+	}
+	id, rest, _ := strings.Cut(strings.TrimSuffix(host, upstreamSuffix), ".")
+	raw, err := hex.DecodeString(rest)
+	addr, ok := netip.AddrFromSlice(raw)
+	port, pok := parsePort(portText)
+	if err != nil || !ok || !pok || !validID(id) {
+		return "", ap, fmt.Errorf("malformed upstream address %q", hostport)
+	}
+	return id, netip.AddrPortFrom(addr, uint16(port)), nil
+}
+
+// rewrite points the outbound request at the sandbox, keeping the client's Host
+// header and adding X-Forwarded-* headers.
+func rewrite(pr *httputil.ProxyRequest) {
+	pt := pr.In.Context().Value(proxyTargetKey{}).(*proxyTarget)
+	pr.Out.URL.Scheme = "http"
+	pr.Out.URL.Host = upstreamHost(pt.id, pt.addr, pt.port)
+	pr.Out.Host = pr.In.Host
+	pr.SetXForwarded()
+}
+
+// newTransport builds the HTTP/1.1-only upstream transport: no proxy from the
+// environment, no compression negotiation (bodies pass through untouched), no
+// response-header timeout (executions and streams are long-lived).
+func (g *Gateway) newTransport(dialTimeout time.Duration) *http.Transport {
+	d := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return g.dialUpstream(ctx, d, network, addr)
+		},
+		ForceAttemptHTTP2:   false,
+		TLSNextProto:        map[string]func(string, *tls.Conn) http.RoundTripper{},
+		DisableCompression:  true,
+		MaxIdleConnsPerHost: 32,
+		IdleConnTimeout:     90 * time.Second,
+		WriteBufferSize:     64 << 10,
+		ReadBufferSize:      64 << 10,
+	}
+}
+
+// dialError marks failures to connect to the sandbox (refused, timed out, no route).
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
+
+// dialUpstream connects to the sandbox named by a synthetic upstream host and
+// registers the connection under the sandbox until it is closed.
+func (g *Gateway) dialUpstream(ctx context.Context, d *net.Dialer, network, addr string) (net.Conn, error) {
+	id, ap, err := parseUpstreamHost(addr)
+	if err != nil {
+		return nil, &dialError{err}
+	}
+	c, err := d.DialContext(ctx, network, ap.String())
+	if err != nil {
+		return nil, &dialError{fmt.Errorf("dial sandbox %s at %s: %w", id, ap, err)}
+	}
+	tc := &trackedConn{Conn: c, id: id, reg: g.reg}
+	g.reg.add(id, tc)
+	return tc, nil
+}
+
+// proxyError answers a failed upstream round trip (before response headers).
+func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	pt := r.Context().Value(proxyTargetKey{}).(*proxyTarget)
+	if pt.stream.killed.Load() || r.Context().Err() != nil {
+		// Sandbox closed (serveRoute aborts the stream) or client gone: nothing to say.
+		g.log.Debug("proxy aborted", "sandbox", pt.id, "port", pt.port, "err", err)
+		return
+	}
+	var de *dialError
+	if errors.As(err, &de) {
+		g.log.Debug("sandbox unreachable", "sandbox", pt.id, "port", pt.port, "err", err)
+		writeNotFound(w, pt.id)
+		return
+	}
+	g.log.Warn("proxy to sandbox failed", "sandbox", pt.id, "port", pt.port, "err", err)
+	writeJSON(w, http.StatusBadGateway, sandboxError{SandboxID: pt.id, Message: "The sandbox did not return a valid response", Code: http.StatusBadGateway})
+}
+
+// sandboxError is E2B's proxy error body; field order matters to byte-exact clients.
+type sandboxError struct {
+	SandboxID string `json:"sandboxId"`
+	Message   string `json:"message"`
+	Code      int    `json:"code"`
+}
+
+// apiError is the {"code","message"} error body (E2B wire §5 item 5).
+type apiError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+// writeNotFound answers 502 {"sandboxId":"<id>","message":"The sandbox was not found","code":502}
+// (E2B wire §1.3): the SDKs treat exactly this as "not running / killed".
+func writeNotFound(w http.ResponseWriter, id string) {
+	writeJSON(w, http.StatusBadGateway, sandboxError{SandboxID: id, Message: "The sandbox was not found", Code: http.StatusBadGateway})
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, apiError{Code: code, Message: msg})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		code, body = http.StatusInternalServerError, []byte(`{"code":500,"message":"encode error"}`)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(code)
+	_, _ = w.Write(body)
+}

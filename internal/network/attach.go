@@ -1,0 +1,400 @@
+package network
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// sandboxIfname is the name of the sandbox end of the veth pair inside its netns.
+const sandboxIfname = "eth0"
+
+// Attach gives sandbox id its network: it allocates a free address, creates the
+// named netns NetnsDir/Prefix+id, and a veth pair whose host end (derived from
+// id, <= 15 bytes) is an up, isolated port of the bridge and whose peer is eth0
+// in the netns with the address and a default route via the gateway (lo is up;
+// eth0 has no IPv6). The sandbox starts with internet access allowed. On error
+// nothing is left behind. Errors wrap ErrAlreadyAttached, ErrNoAddress or the
+// failing netlink/mount call.
+func (m *Manager) Attach(ctx context.Context, id string) (Attachment, error) {
+	if err := validID(id); err != nil {
+		return Attachment{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Attachment{}, err
+	}
+	addr, err := m.reserve(id)
+	if err != nil {
+		return Attachment{}, err
+	}
+	att, err := m.build(id, addr)
+	if err != nil {
+		m.forget(id, addr)
+		return Attachment{}, fmt.Errorf("attach network for %s: %w", id, err)
+	}
+	m.mu.Lock()
+	m.sbx[id].ready = true
+	m.mu.Unlock()
+	m.log.Debug("attached", "id", id, "addr", addr, "veth", att.HostVeth)
+	return att, nil
+}
+
+// reserve records id as being attached and allocates its address.
+func (m *Manager) reserve(id string) (netip.Addr, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.prepareDirLocked(); err != nil {
+		return netip.Addr{}, err
+	}
+	if _, ok := m.sbx[id]; ok {
+		return netip.Addr{}, fmt.Errorf("attach %s: %w", id, ErrAlreadyAttached)
+	}
+	addr, ok := m.alloc.take(id)
+	if !ok {
+		return netip.Addr{}, fmt.Errorf("attach %s in %s: %w", id, m.cfg.Subnet, ErrNoAddress)
+	}
+	m.sbx[id] = &sandbox{addr: addr}
+	return addr, nil
+}
+
+// forget drops id's record and frees its address.
+func (m *Manager) forget(id string, addr netip.Addr) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.sbx, id)
+	m.alloc.release(id, addr)
+}
+
+func (m *Manager) attachment(id string, addr netip.Addr) Attachment {
+	return Attachment{NetnsPath: m.netnsPath(id), Addr: addr, Gateway: m.gateway, HostVeth: m.vethName(id)}
+}
+
+// build creates the netns and veth, configures both ends and makes sure addr
+// is not in the no-internet set (a previous holder may have left it there). On
+// error it removes what it created.
+func (m *Manager) build(id string, addr netip.Addr) (Attachment, error) {
+	att := m.attachment(id, addr)
+	ns, err := createNetns(att.NetnsPath)
+	if err != nil {
+		return att, err
+	}
+	defer ns.close()
+	err = m.addHostVeth(id, att.HostVeth, ns.fd)
+	if err == nil {
+		err = m.configureSandbox(ns.nl, addr)
+	}
+	if err == nil {
+		m.mu.Lock()
+		err = m.setInternet(addr, true)
+		m.mu.Unlock()
+	}
+	if err != nil {
+		return att, errors.Join(err, m.deleteVeth(att.HostVeth), removeNetns(att.NetnsPath))
+	}
+	return att, nil
+}
+
+// addHostVeth creates the veth pair with its peer (eth0) directly in the netns
+// nsfd, enslaves the host end to the bridge, isolates the port and brings it up.
+func (m *Manager) addHostVeth(id, name string, nsfd int) error {
+	br, err := m.host.LinkByName(m.cfg.Bridge)
+	if err != nil {
+		return fmt.Errorf("look up bridge %s (Setup not run?): %w", m.cfg.Bridge, err)
+	}
+	attrs := netlink.NewLinkAttrs()
+	attrs.Name = name
+	attrs.MTU = br.Attrs().MTU
+	veth := &netlink.Veth{LinkAttrs: attrs, PeerName: sandboxIfname, PeerNamespace: netlink.NsFd(nsfd)}
+	if err := m.host.LinkAdd(veth); err != nil {
+		return fmt.Errorf("create veth %s: %w", name, err)
+	}
+	// The kernel ignores IFLA_IFALIAS on creation; the alias marks the veth as
+	// ours (Prefix and id) for Sweep.
+	if err := error(nil); err != nil {
+		return fmt.Errorf("set alias of veth %s: %w", name, err)
+	}
+	if err := m.host.LinkSetMaster(veth, br); err != nil {
+		return fmt.Errorf("attach veth %s to bridge %s: %w", name, m.cfg.Bridge, err)
+	}
+	if err := m.host.LinkSetIsolated(veth, true); err != nil {
+		return fmt.Errorf("isolate bridge port %s: %w", name, err)
+	}
+	if err := m.host.LinkSetUp(veth); err != nil {
+		return fmt.Errorf("bring up veth %s: %w", name, err)
+	}
+	return nil
+}
+
+// configureSandbox brings lo and eth0 up inside the netns, assigns addr and
+// adds the default route via the gateway.
+func (m *Manager) configureSandbox(h *netlink.Handle, addr netip.Addr) error {
+	lo, err := h.LinkByName("lo")
+	if err == nil {
+		err = h.LinkSetUp(lo)
+	}
+	if err != nil {
+		return fmt.Errorf("bring up lo in netns: %w", err)
+	}
+	eth, err := h.LinkByName(sandboxIfname)
+	if err != nil {
+		return fmt.Errorf("find %s in netns: %w", sandboxIfname, err)
+	}
+	ipnet := &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(m.cfg.Subnet.Bits(), 32)}
+	if err := h.AddrAdd(eth, &netlink.Addr{IPNet: ipnet}); err != nil {
+		return fmt.Errorf("assign %s to %s: %w", addr, sandboxIfname, err)
+	}
+	if err := h.LinkSetUp(eth); err != nil {
+		return fmt.Errorf("bring up %s: %w", sandboxIfname, err)
+	}
+	route := &netlink.Route{LinkIndex: eth.Attrs().Index, Gw: m.gateway.AsSlice()}
+	if err := h.RouteAdd(route); err != nil {
+		return fmt.Errorf("add default route via %s: %w", m.gateway, err)
+	}
+	return nil
+}
+
+// cleanup removes the veth, the netns file and the set membership of id (addr
+// may be invalid when unknown).
+// Missing pieces are not errors; the first real failure is returned after
+// every step was tried.
+func (m *Manager) cleanup(id string, addr netip.Addr) error {
+	var errs []error
+	if err := m.deleteVeth(m.vethName(id)); err != nil {
+		errs = append(errs, err)
+	}
+	if err := removeNetns(m.netnsPath(id)); err != nil {
+		errs = append(errs, err)
+	}
+	if addr.IsValid() {
+		m.mu.Lock()
+		err := m.setInternet(addr, true)
+		m.mu.Unlock()
+		if err != nil && !errors.Is(err, unix.ENOENT) { // ENOENT: table already torn down
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (m *Manager) deleteVeth(name string) error {
+	link, err := m.host.LinkByName(name)
+	var notFound netlink.LinkNotFoundError
+	if errors.As(err, &notFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("look up veth %s: %w", name, err)
+	}
+	if err := m.host.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
+		return fmt.Errorf("delete veth %s: %w", name, err)
+	}
+	return nil
+}
+
+// Detach removes sandbox id's veth, netns file and no-internet set membership
+// and releases its address. Unknown ids and missing pieces are not errors
+// (idempotent); it still removes a leftover veth or netns file named for id.
+// Processes still inside the netns keep it alive but lose their link.
+func (m *Manager) Detach(ctx context.Context, id string) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	var addr netip.Addr
+	if s, ok := m.sbx[id]; ok {
+		if !s.ready {
+			m.mu.Unlock()
+			return fmt.Errorf("detach %s: attach or detach in progress", id)
+		}
+		s.ready = false
+		addr = s.addr
+	}
+	m.mu.Unlock()
+	if err := m.cleanup(id, addr); err != nil {
+		m.mu.Lock()
+		if s, ok := m.sbx[id]; ok {
+			s.ready = true
+		}
+		m.mu.Unlock()
+		return fmt.Errorf("detach network of %s: %w", id, err)
+	}
+	if addr.IsValid() {
+		m.forget(id, addr)
+	}
+	m.log.Debug("detached", "id", id, "addr", addr)
+	return nil
+}
+
+// Get returns the attachment of id, if attached (or adopted) and not being detached.
+func (m *Manager) Get(id string) (Attachment, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.sbx[id]
+	if !ok || !s.ready {
+		return Attachment{}, false
+	}
+	return m.attachment(id, s.addr), true
+}
+
+// SetInternetAccess allows or blocks traffic that sandbox id sends through the
+// host to other networks (the nftables set "noinet"); sandbox <-> host and
+// sandbox <-> sandbox traffic is blocked either way. Idempotent. Errors wrap
+// ErrNotAttached or the nf_tables failure.
+func (m *Manager) SetInternetAccess(ctx context.Context, id string, allowed bool) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.sbx[id]
+	if !ok || !s.ready {
+		return fmt.Errorf("set internet access of %s: %w", id, ErrNotAttached)
+	}
+	if err := m.setInternet(s.addr, allowed); err != nil {
+		return err
+	}
+	m.log.Debug("internet access", "id", id, "addr", s.addr, "allowed", allowed)
+	return nil
+}
+
+// Adopt re-registers sandbox id with address addr after a server restart: the
+// netns file NetnsDir/Prefix+id must be a mounted netns and the host veth must
+// exist; the veth is re-enslaved to the bridge (isolated, up) in case the
+// bridge was recreated. Its no-internet set membership is kept as found.
+// Adopting the same id with the same address again is a no-op. Errors wrap
+// ErrAlreadyAttached for conflicting ids or addresses.
+func (m *Manager) Adopt(id string, addr netip.Addr) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	if err := isNetns(m.netnsPath(id)); err != nil {
+		return fmt.Errorf("adopt %s: %w", id, err)
+	}
+	if err := m.reattachVeth(id); err != nil {
+		return fmt.Errorf("adopt %s: %w", id, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s, ok := m.sbx[id]; ok {
+		if s.addr == addr && s.ready {
+			return nil
+		}
+		return fmt.Errorf("adopt %s at %s: %w (as %s)", id, addr, ErrAlreadyAttached, s.addr)
+	}
+	if !m.alloc.claim(id, addr) {
+		return fmt.Errorf("adopt %s: address %s not assignable in %s or in use: %w", id, addr, m.cfg.Subnet, ErrAlreadyAttached)
+	}
+	m.sbx[id] = &sandbox{addr: addr, ready: true}
+	m.log.Debug("adopted", "id", id, "addr", addr)
+	return nil
+}
+
+func (m *Manager) reattachVeth(id string) error {
+	name := m.vethName(id)
+	link, err := m.host.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("host veth %s: %w", name, err)
+	}
+	br, err := m.host.LinkByName(m.cfg.Bridge)
+	if err != nil {
+		return fmt.Errorf("look up bridge %s: %w", m.cfg.Bridge, err)
+	}
+	if link.Attrs().MasterIndex != br.Attrs().Index {
+		if err := m.host.LinkSetMaster(link, br); err != nil {
+			return fmt.Errorf("attach veth %s to bridge: %w", name, err)
+		}
+	}
+	if err := m.host.LinkSetIsolated(link, true); err != nil {
+		return fmt.Errorf("isolate bridge port %s: %w", name, err)
+	}
+	return m.host.LinkSetUp(link)
+}
+
+// Addr reads the IPv4 address of eth0 inside the existing netns of id, for
+// callers that must Adopt a sandbox but did not store its address.
+func (m *Manager) Addr(id string) (netip.Addr, error) {
+	if err := validID(id); err != nil {
+		return netip.Addr{}, err
+	}
+	h, err := nsHandle(m.netnsPath(id))
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	defer h.Close()
+	eth, err := h.LinkByName(sandboxIfname)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("find %s of %s: %w", sandboxIfname, id, err)
+	}
+	addrs, err := h.AddrList(eth, netlink.FAMILY_V4)
+	if err != nil || len(addrs) == 0 {
+		return netip.Addr{}, fmt.Errorf("no IPv4 address on %s of %s: %v", sandboxIfname, id, err)
+	}
+	a, _ := netip.AddrFromSlice(addrs[0].IP.To4())
+	return a, nil
+}
+
+// Sweep removes leaked sandbox networks on start-up: every netns file in
+// NetnsDir starting with Prefix, every host veth carrying this Manager's alias
+// and every attachment the Manager tracks whose id is not in keep is detached;
+// then no-internet set members not allocated to a kept sandbox are removed.
+// Call it after Adopt-ing the survivors. Errors of single removals are joined.
+func (m *Manager) Sweep(ctx context.Context, keep map[string]bool) error {
+	stale, err := m.staleIDs(keep)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for id := range stale {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		m.log.Info("sweeping leaked sandbox network", "id", id)
+		if err := m.Detach(ctx, id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	m.mu.Lock()
+	err = m.pruneNoInternet()
+	m.mu.Unlock()
+	return errors.Join(append(errs, err)...)
+}
+
+// staleIDs lists ids with a netns file, an aliased veth or a record that are not in keep.
+func (m *Manager) staleIDs(keep map[string]bool) (map[string]bool, error) {
+	stale := make(map[string]bool)
+	entries, err := os.ReadDir(m.cfg.NetnsDir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("list %s: %w", m.cfg.NetnsDir, err)
+	}
+	for _, e := range entries {
+		id, ok := strings.CutPrefix(e.Name(), m.cfg.Prefix)
+		if ok && validID(id) == nil && !keep[id] {
+			stale[id] = true
+		}
+	}
+	links, err := m.host.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("list links: %w", err)
+	}
+	for _, l := range links {
+		id, ok := strings.CutPrefix(l.Attrs().Alias, m.aliasPrefix())
+		if ok && validID(id) == nil && !keep[id] {
+			stale[id] = true
+		}
+	}
+	m.mu.Lock()
+	for id, s := range m.sbx {
+		if s.ready && !keep[id] {
+			stale[id] = true
+		}
+	}
+	m.mu.Unlock()
+	return stale, nil
+}

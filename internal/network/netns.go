@@ -1,0 +1,148 @@
+package network
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// prepareNetnsDir makes dir exist and be a mount point with shared propagation,
+// the layout ip-netns(8) uses: netns bind mounts made later then propagate to
+// (and their unmounts from) mount namespaces cloned from the host, so no copy
+// keeps a deleted sandbox's netns alive. A flock on dir serialises concurrent
+// preparers, also across processes.
+func prepareNetnsDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create netns dir %s: %w", dir, err)
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open netns dir %s: %w", dir, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+		return fmt.Errorf("lock netns dir %s: %w", dir, err)
+	}
+	defer unix.Flock(fd, unix.LOCK_UN)
+	err = unix.Mount("", dir, "none", unix.MS_SHARED|unix.MS_REC, "")
+	if errors.Is(err, unix.EINVAL) { // not a mount point yet
+		if err := unix.Mount(dir, dir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind netns dir %s onto itself: %w", dir, err)
+		}
+		err = unix.Mount("", dir, "none", unix.MS_SHARED|unix.MS_REC, "")
+	}
+	if err != nil {
+		return fmt.Errorf("make netns dir %s shared: %w", dir, err)
+	}
+	return nil
+}
+
+// newNetns is a freshly created named network namespace.
+type newNetns struct {
+	fd int             // open fd of the netns (O_CLOEXEC)
+	nl *netlink.Handle // rtnetlink socket inside the netns
+}
+
+func (n newNetns) close() {
+	if n.nl != nil {
+		n.nl.Close()
+	}
+	if n.fd >= 0 {
+		unix.Close(n.fd)
+	}
+}
+
+// createNetns creates a network namespace, bind-mounts it at path (which must
+// not exist) and returns an fd and an rtnetlink handle for it. IPv6 is disabled
+// by default in the new netns so interfaces added later (eth0) get no IPv6
+// link-local address; lo keeps ::1. The work runs on a dedicated, locked OS
+// thread that exits afterwards (its netns no longer matches the process's).
+func createNetns(path string) (newNetns, error) {
+	type result struct {
+		ns  newNetns
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with this goroutine
+		ns, err := unshareAndMount(path)
+		ch <- result{ns, err}
+	}()
+	r := <-ch
+	return r.ns, r.err
+}
+
+func unshareAndMount(path string) (newNetns, error) {
+	ns := newNetns{fd: -1}
+	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		return ns, fmt.Errorf("unshare netns: %w", err)
+	}
+	err := os.WriteFile("/proc/sys/net/ipv6/conf/default/disable_ipv6", []byte("1"), 0)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return ns, fmt.Errorf("disable ipv6 in new netns: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
+	if err != nil {
+		return ns, fmt.Errorf("create netns file: %w", err)
+	}
+	f.Close()
+	if err := unix.Mount("/proc/thread-self/ns/net", path, "none", unix.MS_BIND, ""); err != nil {
+		os.Remove(path)
+		return ns, fmt.Errorf("bind-mount netns at %s: %w", path, err)
+	}
+	ns.fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err == nil {
+		ns.nl, err = netlink.NewHandle(unix.NETLINK_ROUTE)
+	}
+	if err != nil {
+		ns.close()
+		removeNetns(path)
+		return newNetns{fd: -1}, fmt.Errorf("open netns %s: %w", path, err)
+	}
+	return ns, nil
+}
+
+// removeNetns unmounts and removes a named netns file. A missing or unmounted
+// file is not an error. The namespace itself is freed by the kernel once no
+// process or fd references it.
+func removeNetns(path string) error {
+	err := unix.Unmount(path, unix.MNT_DETACH)
+	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount netns %s: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove netns file %s: %w", path, err)
+	}
+	return nil
+}
+
+// isNetns reports whether path is a mounted network namespace file.
+func isNetns(path string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return fmt.Errorf("stat netns %s: %w", path, err)
+	}
+	if st.Type != unix.NSFS_MAGIC {
+		return fmt.Errorf("netns %s: not a mounted namespace file", path)
+	}
+	return nil
+}
+
+// nsHandle opens an rtnetlink handle inside the named netns at path.
+func nsHandle(path string) (*netlink.Handle, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open netns %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	h, err := netlink.NewHandleAt(netns.NsHandle(fd), unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("netlink in netns %s: %w", path, err)
+	}
+	return h, nil
+}

@@ -1,0 +1,360 @@
+package network
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// blockedWait bounds dials that are expected to fail without an answer
+// (isolated bridge ports give no ARP reply). Failure to connect, not timing,
+// is asserted.
+const blockedWait = 1500 * time.Millisecond
+
+func TestAttachConfiguresBothEnds(t *testing.T) {
+	m := newTestManager(t)
+	ctx := context.Background()
+	a, err := m.Attach(ctx, "sa")
+	must(t, err)
+	if !m.cfg.Subnet.Contains(a.Addr) || a.Addr == a.Gateway || a.Gateway != m.cfg.Subnet.Addr().Next() {
+		t.Fatalf("bad addresses: %+v in %s", a, m.cfg.Subnet)
+	}
+	if err := isNetns(a.NetnsPath); err != nil {
+		t.Fatal(err)
+	}
+	if len(a.HostVeth) > 15 {
+		t.Fatalf("host veth name %q too long", a.HostVeth)
+	}
+	veth, err := netlink.LinkByName(a.HostVeth)
+	must(t, err)
+	br, err := netlink.LinkByName(m.cfg.Bridge)
+	must(t, err)
+	if veth.Attrs().MasterIndex != br.Attrs().Index || veth.Attrs().Flags&unix.IFF_UP == 0 {
+		t.Fatalf("veth %s: master %d (bridge %d), flags %v", a.HostVeth, veth.Attrs().MasterIndex, br.Attrs().Index, veth.Attrs().Flags)
+	}
+	if veth.Attrs().Alias != m.aliasPrefix()+"sa" {
+		t.Fatalf("veth alias %q", veth.Attrs().Alias)
+	}
+	pi, err := netlink.LinkGetProtinfo(veth)
+	must(t, err)
+	if !pi.Isolated {
+		t.Fatalf("bridge port %s not isolated: %s", a.HostVeth, pi.String())
+	}
+
+	h, err := nsHandle(a.NetnsPath)
+	must(t, err)
+	defer h.Close()
+	eth, err := h.LinkByName("eth0")
+	must(t, err)
+	v4, err := h.AddrList(eth, netlink.FAMILY_V4)
+	must(t, err)
+	if len(v4) != 1 || v4[0].IP.String() != a.Addr.String() {
+		t.Fatalf("eth0 IPv4 addresses %v, want %s", v4, a.Addr)
+	}
+	if v6, _ := h.AddrList(eth, netlink.FAMILY_V6); len(v6) != 0 {
+		t.Fatalf("eth0 has IPv6 addresses %v, want none", v6)
+	}
+	routes, err := h.RouteList(nil, netlink.FAMILY_V4)
+	must(t, err)
+	var def bool
+	for _, r := range routes {
+		isDefault := r.Dst == nil || r.Dst.String() == "0.0.0.0/0"
+		if isDefault && r.Gw.String() == a.Gateway.String() {
+			def = true
+		}
+	}
+	if !def {
+		t.Fatalf("no default route via %s in %v", a.Gateway, routes)
+	}
+	if got, err := m.Addr("sa"); err != nil || got != a.Addr {
+		t.Fatalf("Addr = %v, %v; want %s", got, err, a.Addr)
+	}
+	if _, err := m.Attach(ctx, "sa"); !errors.Is(err, ErrAlreadyAttached) {
+		t.Fatalf("second Attach: %v, want ErrAlreadyAttached", err)
+	}
+}
+
+func TestIsolation(t *testing.T) {
+	m := newTestManager(t)
+	ctx := context.Background()
+	a, err := m.Attach(ctx, "sa")
+	must(t, err)
+	b, err := m.Attach(ctx, "sb")
+	must(t, err)
+
+	t.Run("host to sandbox", func(t *testing.T) {
+		srv := serveEcho(t, a.NetnsPath, a.Addr)
+		if _, err := dialEcho("", srv, 5*time.Second); err != nil {
+			t.Fatalf("host -> A %s: %v", srv, err)
+		}
+	})
+	t.Run("sandbox to host refused", func(t *testing.T) {
+		srv := serveEcho(t, "", a.Gateway)
+		if _, err := dialEcho("", srv, 5*time.Second); err != nil {
+			t.Fatalf("sanity: host -> own gateway listener %s: %v", srv, err)
+		}
+		_, err := dialEcho(a.NetnsPath, srv, 5*time.Second)
+		if !isRefused(err) {
+			t.Fatalf("A -> host %s: %v, want connection refused by the input chain", srv, err)
+		}
+	})
+	t.Run("sandbox to sandbox blocked", func(t *testing.T) {
+		srv := serveEcho(t, b.NetnsPath, b.Addr)
+		if _, err := dialEcho("", srv, 5*time.Second); err != nil {
+			t.Fatalf("sanity: host -> B %s: %v", srv, err)
+		}
+		if _, err := dialEcho(a.NetnsPath, srv, blockedWait); err == nil {
+			t.Fatalf("A -> B %s connected through isolated bridge ports", srv)
+		}
+		// Without port isolation, the nftables forward chain must still reject.
+		for _, name := range []string{a.HostVeth, b.HostVeth} {
+			l, err := netlink.LinkByName(name)
+			must(t, err)
+			must(t, netlink.LinkSetIsolated(l, false))
+		}
+		_, err := dialEcho(a.NetnsPath, srv, 5*time.Second)
+		if !isRefused(err) {
+			t.Fatalf("A -> B %s without port isolation: %v, want refused by the forward chain", srv, err)
+		}
+	})
+}
+
+func TestInternetAccess(t *testing.T) {
+	m := newTestManager(t)
+	ctx := context.Background()
+	a, err := m.Attach(ctx, "sa")
+	must(t, err)
+	b, err := m.Attach(ctx, "sb")
+	must(t, err)
+	up := newUplink(t)
+	srv := serveEcho(t, up.path, up.addr)
+
+	must(t, m.SetInternetAccess(ctx, "sa", false))
+	must(t, m.SetInternetAccess(ctx, "sa", false)) // idempotent
+	if got := noInetMembers(t, m); len(got) != 1 || got[0] != a.Addr {
+		t.Fatalf("noinet set = %v, want [%s]", got, a.Addr)
+	}
+	peer, err := dialEcho(b.NetnsPath, srv, 5*time.Second)
+	if err != nil {
+		t.Fatalf("B -> outside %s: %v", srv, err)
+	}
+	if peer != up.hostAddr.String() {
+		t.Fatalf("outside saw B as %s, want masqueraded %s", peer, up.hostAddr)
+	}
+	if _, err := dialEcho(a.NetnsPath, srv, 5*time.Second); !isRefused(err) {
+		t.Fatalf("A (no internet) -> outside: %v, want refused", err)
+	}
+	must(t, m.SetInternetAccess(ctx, "sa", true))
+	must(t, m.SetInternetAccess(ctx, "sa", true))
+	if got := noInetMembers(t, m); len(got) != 0 {
+		t.Fatalf("noinet set = %v, want empty", got)
+	}
+	if _, err := dialEcho(a.NetnsPath, srv, 5*time.Second); err != nil {
+		t.Fatalf("A (internet re-enabled) -> outside: %v", err)
+	}
+	if err := m.SetInternetAccess(ctx, "nope", false); !errors.Is(err, ErrNotAttached) {
+		t.Fatalf("SetInternetAccess(unknown) = %v, want ErrNotAttached", err)
+	}
+
+	t.Run("unsolicited inbound refused", func(t *testing.T) {
+		in := serveEcho(t, a.NetnsPath, a.Addr)
+		up.routeVia(t, m.cfg.Subnet)
+		if _, err := dialEcho(up.path, in, 5*time.Second); !isRefused(err) {
+			t.Fatalf("outside -> A %s: %v, want refused", in, err)
+		}
+	})
+}
+
+func TestDetachLeavesNothing(t *testing.T) {
+	m := newTestManager(t)
+	ctx := context.Background()
+	a, err := m.Attach(ctx, "sa")
+	must(t, err)
+	must(t, m.SetInternetAccess(ctx, "sa", false))
+	must(t, m.Detach(ctx, "sa"))
+	assertGone(t, m, "sa", a)
+	if got := noInetMembers(t, m); len(got) != 0 {
+		t.Fatalf("noinet set after Detach = %v", got)
+	}
+	must(t, m.Detach(ctx, "sa"))    // idempotent
+	must(t, m.Detach(ctx, "never")) // unknown
+	if _, ok := m.Get("sa"); ok {
+		t.Fatal("Get after Detach reports attached")
+	}
+}
+
+func TestAttachFailureLeavesNothing(t *testing.T) {
+	requireRoot(t)
+	sfx := randSuffix(t)
+	// No Setup: the bridge does not exist, so Attach fails after creating the netns.
+	m := newManagerNoSetup(t, Config{Bridge: "cbt" + sfx, Subnet: freePrefix(t, 24), Table: "cubby_t" + sfx, Prefix: "cbt" + sfx + "-"})
+	_, err := m.Attach(context.Background(), "sa")
+	if err == nil {
+		t.Fatal("Attach without bridge succeeded")
+	}
+	assertGone(t, m, "sa", m.attachment("sa", netip.Addr{}))
+}
+
+func TestAdoptAndSweep(t *testing.T) {
+	m := newTestManager(t)
+	ctx := context.Background()
+	x, err := m.Attach(ctx, "sx")
+	must(t, err)
+	y, err := m.Attach(ctx, "sy")
+	must(t, err)
+	z, err := m.Attach(ctx, "sz")
+	must(t, err)
+	must(t, m.SetInternetAccess(ctx, "sy", false))
+	must(t, m.SetInternetAccess(ctx, "sz", false))
+
+	// A restarted server: same config, empty state.
+	m2, err := New(m.cfg, nil)
+	must(t, err)
+	defer m2.Close()
+	must(t, m2.Setup(ctx))
+	must(t, m2.Setup(ctx)) // idempotent, keeps set members
+	if got := noInetMembers(t, m2); len(got) != 2 {
+		t.Fatalf("noinet set after re-Setup = %v, want 2 members", got)
+	}
+	addrX, err := m2.Addr("sx")
+	must(t, err)
+	if addrX != x.Addr {
+		t.Fatalf("Addr(sx) = %s, want %s", addrX, x.Addr)
+	}
+	must(t, m2.Adopt("sx", addrX))
+	must(t, m2.Adopt("sx", addrX)) // idempotent
+	must(t, m2.Adopt("sy", y.Addr))
+	if err := m2.Adopt("sz", y.Addr); !errors.Is(err, ErrAlreadyAttached) {
+		t.Fatalf("Adopt with a taken address = %v, want ErrAlreadyAttached", err)
+	}
+	if err := m2.Adopt("missing", netip.MustParseAddr("10.0.0.9")); err == nil {
+		t.Fatal("Adopt of a missing netns succeeded")
+	}
+	must(t, m2.Sweep(ctx, map[string]bool{"sx": true, "sy": true}))
+	assertGone(t, m2, "sz", z)
+	if got := noInetMembers(t, m2); len(got) != 1 || got[0] != y.Addr {
+		t.Fatalf("noinet set after Sweep = %v, want [%s]", got, y.Addr)
+	}
+	for _, id := range []string{"sx", "sy"} {
+		att, ok := m2.Get(id)
+		if !ok || isNetns(att.NetnsPath) != nil {
+			t.Fatalf("%s lost by Sweep: %+v %v", id, att, ok)
+		}
+	}
+	// The kept sandbox still works after adoption.
+	srv := serveEcho(t, x.NetnsPath, x.Addr)
+	if _, err := dialEcho("", srv, 5*time.Second); err != nil {
+		t.Fatalf("host -> adopted sx: %v", err)
+	}
+	// A new attach never reuses an adopted address.
+	w, err := m2.Attach(ctx, "sw")
+	must(t, err)
+	if w.Addr == x.Addr || w.Addr == y.Addr {
+		t.Fatalf("Attach reused adopted address %s", w.Addr)
+	}
+	must(t, m2.Sweep(ctx, nil))
+	for _, id := range []string{"sx", "sy", "sw"} {
+		if _, err := os.Stat(m2.netnsPath(id)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("netns of %s survives Sweep(nil): %v", id, err)
+		}
+	}
+}
+
+func assertGone(t *testing.T, m *Manager, id string, a Attachment) {
+	t.Helper()
+	if _, err := os.Stat(a.NetnsPath); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("netns file %s still exists: %v", a.NetnsPath, err)
+	}
+	var nf netlink.LinkNotFoundError
+	if _, err := netlink.LinkByName(a.HostVeth); !errors.As(err, &nf) {
+		t.Errorf("veth %s still exists: %v", a.HostVeth, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.sbx[id]; ok {
+		t.Errorf("%s still recorded", id)
+	}
+	for addr, owner := range m.alloc.used {
+		if owner == id {
+			t.Errorf("address %s still allocated to %s", addr, id)
+		}
+	}
+}
+
+func noInetMembers(t *testing.T, m *Manager) []netip.Addr {
+	t.Helper()
+	c, err := nftables.New()
+	must(t, err)
+	set, err := c.GetSetByName(m.table(), setNoInternet)
+	must(t, err)
+	elems, err := c.GetSetElements(set)
+	must(t, err)
+	var out []netip.Addr
+	for _, e := range elems {
+		a, _ := netip.AddrFromSlice(e.Key)
+		out = append(out, a)
+	}
+	return out
+}
+
+func TestConcurrentAttachDetach(t *testing.T) {
+	m := newTestManager(t)
+	ctx := context.Background()
+	const n = 8
+	atts := make([]Attachment, n)
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			var err error
+			atts[i], err = m.Attach(ctx, "c"+string(rune('a'+i)))
+			errs <- err
+		}()
+	}
+	for range n {
+		must(t, <-errs)
+	}
+	seen := map[netip.Addr]bool{}
+	for _, a := range atts {
+		if seen[a.Addr] {
+			t.Fatalf("address %s handed out twice", a.Addr)
+		}
+		seen[a.Addr] = true
+	}
+	for i := range n {
+		go func() { errs <- m.Detach(ctx, "c"+string(rune('a'+i))) }()
+	}
+	for range n {
+		must(t, <-errs)
+	}
+	for i, a := range atts {
+		assertGone(t, m, "c"+string(rune('a'+i)), a)
+	}
+}
+
+func TestSweepRemovesVethWithoutNetnsFile(t *testing.T) {
+	m := newTestManager(t)
+	a, err := m.Attach(context.Background(), "sl")
+	must(t, err)
+	// A process (here: an fd) keeps the netns alive after its file is gone, so
+	// the veth does not vanish with it; Sweep must find it by its alias.
+	fd, err := unix.Open(a.NetnsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	must(t, err)
+	defer unix.Close(fd)
+	must(t, removeNetns(a.NetnsPath))
+	m2, err := New(m.cfg, nil)
+	must(t, err)
+	defer m2.Close()
+	must(t, m2.Setup(context.Background()))
+	must(t, m2.Sweep(context.Background(), map[string]bool{"other": true}))
+	var nf netlink.LinkNotFoundError
+	if _, err := netlink.LinkByName(a.HostVeth); !errors.As(err, &nf) {
+		t.Fatalf("leaked veth %s survives Sweep: %v", a.HostVeth, err)
+	}
+}

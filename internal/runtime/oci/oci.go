@@ -1,0 +1,284 @@
+// Package oci builds the OCI runtime-spec configuration (config.json) of a Cubby
+// sandbox and writes it as a bundle. The same bundle runs under runc and gVisor's runsc.
+package oci
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// SpecVersion is the ociVersion written into config.json. It is the newest version
+// every supported runtime (runc 1.1, runsc) accepts; all fields Build sets exist in it.
+const SpecVersion = "1.0.2"
+
+// ConfigName is the file name of the configuration inside a bundle (OCI runtime spec, "bundle").
+const ConfigName = "config.json"
+
+// DefaultPath is the PATH given to the process when Options.Env has none.
+const DefaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// cfsPeriod is the CFS period in µs; the quota is CPUCount times this.
+const cfsPeriod = 100000
+
+// DefaultNoFile is the RLIMIT_NOFILE soft and hard limit given to the sandbox
+// process when the host allows it (see NoFileCeiling).
+const DefaultNoFile = 1048576
+
+// Options describe one sandbox container.
+type Options struct {
+	ID          string        // container ID; used as the default hostname
+	RootfsDir   string        // absolute path of the already mounted root filesystem
+	Hostname    string        // UTS hostname; "" = ID
+	Args        []string      // argv of the init process, required
+	Env         []string      // KEY=value; DefaultPath is added when no PATH is given
+	Cwd         string        // absolute working directory; "" = "/"
+	NetNSPath   string        // network namespace to join (e.g. /var/run/netns/x); "" = a new one
+	CgroupsPath string        // cgroup path relative to the hierarchy roots, e.g. "/cubby/<id>"
+	CPUCount    int           // CPUs: CFS quota = CPUCount*100000 µs per 100000 µs; 0 = unlimited
+	MemoryBytes int64         // memory limit in bytes, swap forbidden; 0 = unlimited
+	PidsLimit   int64         // maximum number of tasks; 0 = unlimited
+	NoFile      uint64        // RLIMIT_NOFILE; 0 = min(DefaultNoFile, NoFileCeiling())
+	Mounts      []specs.Mount // extra mounts appended after the defaults (binds of agent, /etc/hosts, ...)
+}
+
+// Build returns the OCI runtime spec for o: root uid 0 with the conventional container
+// capability set, NoNewPrivileges false, RLIMIT_NOFILE 1048576 (capped by the host, see
+// Options.NoFile), the standard /proc, /dev, /dev/pts, /dev/shm, /dev/mqueue, /sys (ro) and /sys/fs/cgroup (ro) mounts, masked and
+// read-only proc/sys paths, and pid, ipc, uts, mount, network and cgroup namespaces
+// (OCI runtime spec config.md and config-linux.md). It returns an error when a
+// required option is missing or a path is not absolute.
+func Build(o Options) (*specs.Spec, error) {
+	if err := validate(o); err != nil {
+		return nil, err
+	}
+	hostname := o.Hostname
+	if hostname == "" {
+		hostname = o.ID
+	}
+	s := &specs.Spec{
+		Version:  SpecVersion,
+		Root:     &specs.Root{Path: o.RootfsDir, Readonly: false},
+		Process:  process(o),
+		Hostname: hostname,
+		Mounts:   append(defaultMounts(), o.Mounts...),
+		Linux: &specs.Linux{
+			CgroupsPath:   o.CgroupsPath,
+			Namespaces:    namespaces(o.NetNSPath),
+			Resources:     resources(o),
+			MaskedPaths:   maskedPaths(),
+			ReadonlyPaths: readonlyPaths(),
+		},
+	}
+	return s, nil
+}
+
+func validate(o Options) error {
+	switch {
+	case o.ID == "":
+		return errors.New("oci spec: empty container ID")
+	case !filepath.IsAbs(o.RootfsDir):
+		return fmt.Errorf("oci spec %s: rootfs %q is not absolute", o.ID, o.RootfsDir)
+	case len(o.Args) == 0:
+		return fmt.Errorf("oci spec %s: no process args", o.ID)
+	case o.Cwd != "" && !filepath.IsAbs(o.Cwd):
+		return fmt.Errorf("oci spec %s: cwd %q is not absolute", o.ID, o.Cwd)
+	case o.CgroupsPath != "" && !filepath.IsAbs(o.CgroupsPath):
+		return fmt.Errorf("oci spec %s: cgroups path %q is not absolute", o.ID, o.CgroupsPath)
+	case o.CPUCount < 0 || o.MemoryBytes < 0 || o.PidsLimit < 0:
+		return fmt.Errorf("oci spec %s: negative resource limit", o.ID)
+	}
+	for _, m := range o.Mounts {
+		if !filepath.IsAbs(m.Destination) {
+			return fmt.Errorf("oci spec %s: mount destination %q is not absolute", o.ID, m.Destination)
+		}
+	}
+	return nil
+}
+
+// capabilities is the conventional default container capability set (the one Docker
+// and containerd grant), which lets root inside the sandbox run sudo, chown files and
+// bind low ports.
+func capabilities() []string {
+	return []string{
+		"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
+		"CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP",
+		"CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
+	}
+}
+
+func process(o Options) *specs.Process {
+	cwd := o.Cwd
+	if cwd == "" {
+		cwd = "/"
+	}
+	return &specs.Process{
+		Args: append([]string(nil), o.Args...),
+		Env:  withPath(o.Env),
+		Cwd:  cwd,
+		User: specs.User{UID: 0, GID: 0},
+		Capabilities: &specs.LinuxCapabilities{
+			Bounding:  capabilities(),
+			Effective: capabilities(),
+			Permitted: capabilities(),
+		},
+		Rlimits:         []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: nofile(o), Soft: nofile(o)}},
+		NoNewPrivileges: false,
+	}
+}
+
+func nofile(o Options) uint64 {
+	if o.NoFile > 0 {
+		return o.NoFile
+	}
+	return min(DefaultNoFile, NoFileCeiling())
+}
+
+// NoFileCeiling is the highest RLIMIT_NOFILE a runtime started by this process can
+// set: fs.nr_open with CAP_SYS_RESOURCE (as a normal root has), otherwise this
+// process's own hard limit (some hosts drop CAP_SYS_RESOURCE even for root).
+func NoFileCeiling() uint64 {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return DefaultNoFile
+	}
+	if !hasCapability(unix.CAP_SYS_RESOURCE) {
+		return lim.Max
+	}
+	b, err := os.ReadFile("/proc/sys/fs/nr_open")
+	if err != nil {
+		return max(lim.Max, DefaultNoFile)
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return max(lim.Max, DefaultNoFile)
+	}
+	return n
+}
+
+// hasCapability reports whether capability bit c is in this process's effective set
+// (CapEff in /proc/self/status).
+func hasCapability(c int) bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && mask&(1<<uint(c)) != 0
+		}
+	}
+	return false
+}
+
+func withPath(env []string) []string {
+	out := append([]string(nil), env...)
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "PATH=") {
+			return out
+		}
+	}
+	return append(out, DefaultPath)
+}
+
+func defaultMounts() []specs.Mount {
+	return []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc"},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs",
+			Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts",
+			Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm",
+			Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue",
+			Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs",
+			Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup",
+			Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
+	}
+}
+
+func namespaces(netns string) []specs.LinuxNamespace {
+	return []specs.LinuxNamespace{
+		{Type: specs.PIDNamespace},
+		{Type: specs.IPCNamespace},
+		{Type: specs.UTSNamespace},
+		{Type: specs.MountNamespace},
+		{Type: specs.NetworkNamespace, Path: netns},
+		{Type: specs.CgroupNamespace},
+	}
+}
+
+func resources(o Options) *specs.LinuxResources {
+	r := &specs.LinuxResources{
+		// Deny every device; runtimes add the standard allow list (null, zero, tty, ...).
+		Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
+	}
+	if o.CPUCount > 0 {
+		quota, period := int64(o.CPUCount)*cfsPeriod, uint64(cfsPeriod)
+		r.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
+	}
+	if o.MemoryBytes > 0 {
+		limit, swap := o.MemoryBytes, o.MemoryBytes
+		r.Memory = &specs.LinuxMemory{Limit: &limit, Swap: &swap}
+	}
+	if o.PidsLimit > 0 {
+		pids := o.PidsLimit
+		r.Pids = &specs.LinuxPids{Limit: &pids}
+	}
+	return r
+}
+
+func maskedPaths() []string {
+	return []string{
+		"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+		"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+		"/sys/firmware",
+	}
+}
+
+func readonlyPaths() []string {
+	return []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+}
+
+// WriteBundle creates the bundle directory dir (mode 0700 when missing) and atomically
+// writes s to dir/config.json (OCI runtime spec "bundle"). The rootfs named by s.Root
+// is not touched. Errors come from marshalling or the filesystem.
+func WriteBundle(dir string, s *specs.Spec) error {
+	if s == nil {
+		return errors.New("write bundle: nil spec")
+	}
+	data, err := json.MarshalIndent(s, "", "\t")
+	if err != nil {
+		return fmt.Errorf("write bundle %s: marshal: %w", dir, err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("write bundle %s: %w", dir, err)
+	}
+	tmp, err := os.CreateTemp(dir, ".config-*.json")
+	if err != nil {
+		return fmt.Errorf("write bundle %s: %w", dir, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write bundle %s: %w", dir, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write bundle %s: %w", dir, err)
+	}
+	if err := os.Rename(tmp.Name(), filepath.Join(dir, ConfigName)); err != nil {
+		return fmt.Errorf("write bundle %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,86 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/cubby-dev/cubby/internal/controlplane"
+	"github.com/cubby-dev/cubby/internal/gateway"
+	"github.com/cubby-dev/cubby/internal/store"
+	"github.com/cubby-dev/cubby/internal/template"
+)
+
+// ensureTemplate builds a built-in template on first start when it is missing.
+func ensureTemplate(ctx context.Context, tm *template.Manager, name string, progress io.Writer) error {
+	if _, err := tm.Get(name); err == nil {
+		return nil
+	} else if !errors.Is(err, template.ErrNotFound) {
+		return fmt.Errorf("look up template %s: %w", name, err)
+	}
+	def, ok := template.Builtin(name)
+	if !ok {
+		return fmt.Errorf("default template %q is not built and is not a built-in; build it with `cubby template build`", name)
+	}
+	fmt.Fprintf(progress, "Template %q is not built yet; building it now (first start only).\n", name)
+	if _, err := tm.Build(ctx, def, progress, false); err != nil {
+		return fmt.Errorf("build template %s: %w", name, err)
+	}
+	return nil
+}
+
+// templateResolver resolves template IDs and aliases for the control plane from the
+// template manager (the built trees on disk) and records them in the store.
+type templateResolver struct {
+	m     *template.Manager
+	store *store.Store
+}
+
+func (r *templateResolver) Resolve(ctx context.Context, idOrAlias string) (controlplane.TemplateRef, error) {
+	info, err := r.m.Get(idOrAlias)
+	if errors.Is(err, template.ErrNotFound) {
+		return controlplane.TemplateRef{}, fmt.Errorf("template %q: %w", idOrAlias, controlplane.ErrTemplateNotFound)
+	}
+	if err != nil {
+		return controlplane.TemplateRef{}, err
+	}
+	return controlplane.TemplateRef{ID: info.ID, Alias: info.Name, RootfsDir: info.RootfsDir}, nil
+}
+
+// sync records every built template in the store.
+func (r *templateResolver) sync(ctx context.Context) error {
+	infos, err := r.m.List()
+	if err != nil {
+		return fmt.Errorf("list templates: %w", err)
+	}
+	for _, info := range infos {
+		if err := r.store.PutTemplate(ctx, store.Template{
+			ID: info.ID, Name: info.Name, Aliases: info.Aliases, Digest: info.Digest,
+			RootfsDir: info.RootfsDir, BuiltAt: info.BuiltAt, SizeBytes: info.SizeBytes,
+		}); err != nil {
+			return fmt.Errorf("record template %s: %w", info.Name, err)
+		}
+	}
+	return nil
+}
+
+// routes adapts the control plane's in-memory sandbox table to the gateway.
+type routes struct{ cp *controlplane.Service }
+
+func (r routes) Resolve(id string) (gateway.Target, bool) {
+	rt, ok := r.cp.Route(id)
+	if !ok {
+		return gateway.Target{}, false
+	}
+	return gateway.Target{ID: id, Addr: rt.Addr, Running: rt.Running, AccessToken: rt.AccessToken, TrafficToken: rt.TrafficToken}, true
+}
+
+func (r routes) Targets() []gateway.Target {
+	all := r.cp.Routes()
+	out := make([]gateway.Target, 0, len(all))
+	for _, rt := range all {
+		out = append(out, gateway.Target{ID: rt.ID, Addr: rt.Addr, Running: rt.Running, AccessToken: rt.AccessToken, TrafficToken: rt.TrafficToken})
+	}
+	return out
+}

@@ -1,0 +1,253 @@
+// Package server assembles `cubby serve`: the SQLite store, templates, the local
+// backend (runc, overlay rootfs, per-sandbox netns), the control plane (E2B REST
+// API) and the sandbox gateway, all on one listener.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/cubby-dev/cubby/internal/backend/local"
+	"github.com/cubby-dev/cubby/internal/controlplane"
+	"github.com/cubby-dev/cubby/internal/gateway"
+	"github.com/cubby-dev/cubby/internal/network"
+	"github.com/cubby-dev/cubby/internal/rootfs"
+	"github.com/cubby-dev/cubby/internal/runtime"
+	"github.com/cubby-dev/cubby/internal/runtime/runc"
+	"github.com/cubby-dev/cubby/internal/store"
+	"github.com/cubby-dev/cubby/internal/template"
+)
+
+// Config configures `cubby serve`.
+type Config struct {
+	Listen          string       // e.g. "127.0.0.1:3000"
+	DataDir         string       // holds cubby.db, templates/, sandboxes/, runc/
+	TemplatesDir    string       // built templates; default <DataDir>/templates (may be shared between servers)
+	Domain          string       // sandbox domain for <port>-<id>.<domain> hosts; "" = none
+	Bridge          string       // host bridge name, default "cubby0"
+	Subnet          netip.Prefix // sandbox addresses, default 10.77.0.0/16
+	RuncBinary      string       // default "runc" from PATH
+	DefaultTemplate string       // default "base"
+	EnvAPIKey       string       // CUBBY_API_KEY; accepted when set
+	Progress        io.Writer    // template build progress and the first API key; default os.Stderr
+}
+
+func (c *Config) defaults() error {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:3000"
+	}
+	if c.DataDir == "" {
+		return errors.New("data dir is required")
+	}
+	if c.Bridge == "" {
+		c.Bridge = "cubby0"
+	}
+	if !c.Subnet.IsValid() {
+		c.Subnet = netip.MustParsePrefix("10.77.0.0/16")
+	}
+	if c.RuncBinary == "" {
+		c.RuncBinary = "runc"
+	}
+	if c.DefaultTemplate == "" {
+		c.DefaultTemplate = "base"
+	}
+	if c.Progress == nil {
+		c.Progress = os.Stderr
+	}
+	abs, err := filepath.Abs(c.DataDir)
+	if err != nil {
+		return fmt.Errorf("resolve data dir: %w", err)
+	}
+	c.DataDir = abs
+	if c.TemplatesDir == "" {
+		c.TemplatesDir = filepath.Join(abs, "templates")
+	}
+	return os.MkdirAll(abs, 0o700)
+}
+
+// Run serves until ctx is done. /health answers 503 while starting (e.g. while the
+// base template is built on first start) and 200 once the server is ready.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	if err := cfg.defaults(); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	var ready atomic.Pointer[http.Handler]
+	var gw atomic.Pointer[gateway.Gateway]
+	srv := &http.Server{
+		Handler:           rootHandler(&ready),
+		ReadHeaderTimeout: 30 * time.Second,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if g := gw.Load(); g != nil {
+				return g.ConnContext(ctx, c)
+			}
+			return ctx
+		},
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("listening", "addr", ln.Addr().String(), "data_dir", cfg.DataDir)
+
+	app, err := start(ctx, cfg, log)
+	if err != nil {
+		_ = srv.Close()
+		return err
+	}
+	defer app.close()
+	gw.Store(app.gateway)
+	h := app.handler()
+	ready.Store(&h)
+	log.Info("ready", "api", "http://"+ln.Addr().String())
+
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	app.control.Shutdown(shutdownCtx)
+	_ = srv.Shutdown(shutdownCtx)
+	return nil
+}
+
+// rootHandler answers /health itself and sends everything else to the assembled
+// handler once it exists (503 JSON before).
+func rootHandler(ready *atomic.Pointer[http.Handler]) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := ready.Load()
+		if h == nil {
+			if r.URL.Path == "/health" && r.Header.Get("E2b-Sandbox-Id") == "" {
+				http.Error(w, "starting", http.StatusServiceUnavailable)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"code":503,"message":"cubby is starting"}`)
+			return
+		}
+		(*h).ServeHTTP(w, r)
+	})
+}
+
+// app is the assembled server.
+type app struct {
+	store   *store.Store
+	control *controlplane.Service
+	gateway *gateway.Gateway
+	backend *local.Backend
+}
+
+func (a *app) handler() http.Handler {
+	api := a.control.Handler()
+	return a.gateway.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" {
+			w.WriteHeader(http.StatusOK)
+			_, _ = io.WriteString(w, "ok")
+			return
+		}
+		api.ServeHTTP(w, r)
+	}))
+}
+
+func (a *app) close() {
+	_ = a.backend.Close()
+	_ = a.store.Close()
+}
+
+func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
+	st, err := store.Open(ctx, filepath.Join(cfg.DataDir, "cubby.db"))
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	a := &app{store: st}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = st.Close()
+		}
+	}()
+	tm := template.NewManager(cfg.TemplatesDir, log.With("component", "template"))
+	if err := ensureTemplate(ctx, tm, cfg.DefaultTemplate, cfg.Progress); err != nil {
+		return nil, err
+	}
+	b, err := newBackend(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	a.backend = b
+	resolver := &templateResolver{m: tm, store: st}
+	if err := resolver.sync(ctx); err != nil {
+		return nil, err
+	}
+	var gwRef *gateway.Gateway
+	cp, err := controlplane.New(controlplane.Config{
+		DefaultTemplate: cfg.DefaultTemplate,
+		Domain:          cfg.Domain,
+		EnvAPIKey:       cfg.EnvAPIKey,
+	}, controlplane.Deps{
+		Store:     st,
+		Backend:   b,
+		Templates: resolver,
+		OnKill: func(id string) {
+			if gwRef != nil {
+				gwRef.CloseSandbox(id)
+			}
+		},
+		Log: log.With("component", "controlplane"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("control plane: %w", err)
+	}
+	a.control = cp
+	gwRef = gateway.New(routes{cp}, gateway.Config{Domain: cfg.Domain}, log.With("component", "gateway"))
+	a.gateway = gwRef
+	if err := cp.Start(ctx); err != nil {
+		return nil, fmt.Errorf("start control plane: %w", err)
+	}
+	if key, created, err := cp.EnsureAPIKey(ctx); err != nil {
+		return nil, fmt.Errorf("ensure API key: %w", err)
+	} else if created {
+		fmt.Fprintf(cfg.Progress, "\nCreated the first API key (shown once, store it now):\n\n    E2B_API_KEY=%s\n\n", key)
+	}
+	ok = true
+	return a, nil
+}
+
+func newBackend(ctx context.Context, cfg Config, log *slog.Logger) (*local.Backend, error) {
+	nm, err := network.New(network.Config{Bridge: cfg.Bridge, Subnet: cfg.Subnet}, log.With("component", "network"))
+	if err != nil {
+		return nil, fmt.Errorf("network: %w", err)
+	}
+	if err := nm.Setup(ctx); err != nil {
+		return nil, fmt.Errorf("set up host network: %w", err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("locate cubby binary: %w", err)
+	}
+	rt := runc.New(cfg.RuncBinary, filepath.Join(cfg.DataDir, "runc"), log.With("component", "runc"))
+	rm := rootfs.New(filepath.Join(cfg.DataDir, "cache", "disks"), log.With("component", "rootfs"))
+	b, err := local.New(local.Config{
+		Dir:         filepath.Join(cfg.DataDir, "sandboxes"),
+		AgentBinary: exe,
+	}, []runtime.Runtime{rt}, nm, rm, log.With("component", "backend"))
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}

@@ -1,0 +1,98 @@
+package store
+
+import (
+	"context"
+	"fmt"
+)
+
+// migrations returns the schema migrations in order; migration i brings the schema
+// to version i+1 (PRAGMA user_version). Never edit a released migration: append.
+func migrations() []string {
+	return []string{
+		// 1: sandboxes, api_keys, templates.
+		`CREATE TABLE sandboxes (
+		id                    TEXT PRIMARY KEY,
+		template_id           TEXT NOT NULL,
+		template_alias        TEXT NOT NULL DEFAULT '',
+		metadata              TEXT NOT NULL DEFAULT '{}',
+		env_vars              TEXT NOT NULL DEFAULT '{}',
+		cpu_count             INTEGER NOT NULL,
+		memory_mb             INTEGER NOT NULL,
+		disk_mb               INTEGER NOT NULL,
+		started_at            INTEGER NOT NULL,
+		end_at                INTEGER NOT NULL,
+		state                 TEXT NOT NULL CHECK (state IN ('running', 'paused', 'killed')),
+		secure                INTEGER NOT NULL DEFAULT 0,
+		access_token          TEXT NOT NULL DEFAULT '',
+		traffic_token         TEXT NOT NULL DEFAULT '',
+		allow_internet_access INTEGER,
+		network               TEXT,
+		lifecycle             TEXT NOT NULL DEFAULT '{}',
+		runtime               TEXT NOT NULL DEFAULT '',
+		addr                  TEXT NOT NULL DEFAULT '',
+		killed_at             INTEGER,
+		kill_reason           TEXT NOT NULL DEFAULT ''
+	);
+	CREATE INDEX sandboxes_state_started ON sandboxes (state, started_at, id);
+	CREATE TABLE api_keys (
+		id           TEXT PRIMARY KEY,
+		name         TEXT NOT NULL,
+		hash         BLOB NOT NULL UNIQUE,
+		mask         TEXT NOT NULL,
+		created_at   INTEGER NOT NULL,
+		last_used_at INTEGER,
+		revoked_at   INTEGER
+	);
+	CREATE TABLE templates (
+		id         TEXT PRIMARY KEY,
+		name       TEXT NOT NULL,
+		aliases    TEXT NOT NULL DEFAULT '[]',
+		digest     TEXT NOT NULL DEFAULT '',
+		rootfs_dir TEXT NOT NULL,
+		built_at   INTEGER NOT NULL,
+		size_bytes INTEGER NOT NULL DEFAULT 0
+	);
+	CREATE INDEX templates_name ON templates (name);`,
+	}
+}
+
+// migrate applies every migration above the database's user_version, each in its
+// own immediate transaction so concurrent openers serialise on the write lock.
+func (s *Store) migrate(ctx context.Context) error {
+	for {
+		done, err := s.migrateOne(ctx)
+		if err != nil || done {
+			return err
+		}
+	}
+}
+
+// migrateOne applies the next pending migration; done reports that none was pending.
+func (s *Store) migrateOne(ctx context.Context) (done bool, err error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return false, fmt.Errorf("begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	all := migrations()
+	var version int
+	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
+		return false, fmt.Errorf("read user_version: %w", err)
+	}
+	if version > len(all) {
+		return false, fmt.Errorf("database schema version %d is newer than this binary's %d", version, len(all))
+	}
+	if version == len(all) {
+		return true, nil
+	}
+	if _, err := tx.ExecContext(ctx, all[version]); err != nil {
+		return false, fmt.Errorf("apply migration %d: %w", version+1, err)
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", version+1)); err != nil {
+		return false, fmt.Errorf("set user_version %d: %w", version+1, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return false, fmt.Errorf("commit migration %d: %w", version+1, err)
+	}
+	return false, nil
+}

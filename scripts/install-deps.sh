@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the host packages Cubby needs on Debian bookworm (idempotent):
+# runc (OCI runtime), mmdebstrap (template builds), nftables, e2fsprogs (sandbox
+# disks), busybox-static (test rootfs trees), plus Node.js/npm and Python for the
+# official SDK suites when they are missing.
+set -euo pipefail
+need=()
+for pkg in runc mmdebstrap nftables e2fsprogs busybox-static ca-certificates curl; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
+done
+command -v node >/dev/null || need+=(nodejs npm)
+command -v python3 >/dev/null || need+=(python3 python3-venv python3-pip)
+if [ "${#need[@]}" -gt 0 ]; then
+  echo "installing: ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+command -v go >/dev/null || { echo "Go 1.26+ is required (https://go.dev/dl)"; exit 1; }

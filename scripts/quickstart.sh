@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One command from a fresh Debian machine to a running Cubby server and a real
+# example run with the official E2B SDK. Re-running it is safe.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "run as root (cubby creates containers, mounts and network namespaces)"; exit 1; }
+
+DATA_DIR=${CUBBY_DATA_DIR:-/var/lib/cubby}
+LISTEN=${CUBBY_LISTEN:-127.0.0.1:3000}
+mkdir -p "$DATA_DIR"
+
+scripts/install-deps.sh
+echo "==> building bin/cubby"
+make -s build
+
+# A key the quickstart can use; the server also accepts it through CUBBY_API_KEY.
+KEY_FILE="$DATA_DIR/quickstart.key"
+[ -s "$KEY_FILE" ] || echo "e2b_$(head -c 20 /dev/urandom | od -An -tx1 | tr -d ' \n')" > "$KEY_FILE"
+KEY=$(cat "$KEY_FILE")
+
+if ! curl -fsS "http://$LISTEN/health" >/dev/null 2>&1; then
+  echo "==> starting cubby serve on $LISTEN (log: $DATA_DIR/cubby.log); the first start builds the base template"
+  CUBBY_API_KEY=$KEY nohup bin/cubby serve --listen "$LISTEN" --data-dir "$DATA_DIR" >>"$DATA_DIR/cubby.log" 2>&1 &
+  echo $! > "$DATA_DIR/cubby.pid"
+  until curl -fsS "http://$LISTEN/health" >/dev/null 2>&1; do
+    kill -0 "$(cat "$DATA_DIR/cubby.pid")" 2>/dev/null || { tail -50 "$DATA_DIR/cubby.log"; exit 1; }
+    sleep 2
+  done
+fi
+
+echo "==> running examples/quickstart with the official e2b SDK"
+(cd examples/quickstart && npm install --silent --no-audit --no-fund >/dev/null)
+export E2B_API_URL=http://$LISTEN E2B_SANDBOX_URL=http://$LISTEN E2B_API_KEY=$KEY
+node examples/quickstart/index.mjs
+
+cat <<MSG
+
+Cubby is running (pid $(cat "$DATA_DIR/cubby.pid" 2>/dev/null || echo "?"), log $DATA_DIR/cubby.log).
+Use it from any E2B SDK with:
+  export E2B_API_URL=http://$LISTEN E2B_SANDBOX_URL=http://$LISTEN E2B_API_KEY=$KEY
+MSG

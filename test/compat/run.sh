@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# Runs the E2B SDK compatibility suites (official JS and Python SDKs,
+# unmodified) against a freshly started Cubby server.
+#
+#   test/compat/run.sh [--js-only | --py-only]
+#
+# Steps: build bin/cubby, start `cubby serve` on a free loopback port with a
+# generated API key, wait for GET /health (up to 20 min: the first start builds
+# the base template), install the suites' dependencies (idempotent), run the
+# suites, stop the server. Exits non-zero if anything fails.
+#
+# Environment knobs:
+#   CUBBY_DATA_DIR            server data dir (default: <repo>/.cache/compat-data)
+#   CUBBY_COMPAT_PORT         listen port (default: a free port)
+#   CUBBY_COMPAT_LOG          server log file (default: <repo>/.cache/compat/server.log)
+#   CUBBY_COMPAT_CONCURRENCY  parallel tests per suite (default: 4)
+#   CUBBY_COMPAT_HEALTH_WAIT  seconds to wait for /health (default: 1200)
+#   CUBBY_COMPAT_SKIP_BUILD=1 use an existing bin/cubby
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+
+run_js=1
+run_py=1
+for arg in "$@"; do
+  case "$arg" in
+    --js-only) run_py=0 ;;
+    --py-only) run_js=0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    *) echo "run.sh: unknown option: $arg" >&2; exit 2 ;;
+  esac
+done
+if [[ $run_js == 0 && $run_py == 0 ]]; then
+  echo "run.sh: --js-only and --py-only are mutually exclusive" >&2
+  exit 2
+fi
+
+log() { printf '[compat] %s\n' "$*" >&2; }
+
+concurrency="${CUBBY_COMPAT_CONCURRENCY:-4}"
+health_wait="${CUBBY_COMPAT_HEALTH_WAIT:-1200}"
+data_dir="${CUBBY_DATA_DIR:-$repo/.cache/compat-data}"
+server_log="${CUBBY_COMPAT_LOG:-$repo/.cache/compat/server.log}"
+mkdir -p "$data_dir" "$(dirname "$server_log")"
+
+if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
+  export PATH="$PATH:/usr/local/go/bin"
+fi
+
+# ---------------------------------------------------------------- dependencies
+
+stamp_ok() { # stamp_ok STAMPFILE INPUTFILE...: true if inputs are unchanged
+  local stamp="$1"; shift
+  [[ -f "$stamp" ]] && [[ "$(cat "$@" | sha256sum)" == "$(cat "$stamp")" ]]
+}
+stamp_write() { local stamp="$1"; shift; cat "$@" | sha256sum >"$stamp"; }
+
+install_js() {
+  local dir="$here/js"
+  if stamp_ok "$dir/node_modules/.cubby-stamp" "$dir/package.json" "$dir/package-lock.json"; then
+    return
+  fi
+  log "installing JS dependencies (npm ci)"
+  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+  stamp_write "$dir/node_modules/.cubby-stamp" "$dir/package.json" "$dir/package-lock.json"
+}
+
+install_py() {
+  local dir="$here/python"
+  if [[ ! -x "$dir/.venv/bin/python" ]]; then
+    log "creating Python venv"
+    python3 -m venv "$dir/.venv"
+  fi
+  if stamp_ok "$dir/.venv/.cubby-stamp" "$dir/requirements.txt"; then
+    return
+  fi
+  log "installing Python dependencies (pip)"
+  "$dir/.venv/bin/pip" install --quiet --disable-pip-version-check -r "$dir/requirements.txt"
+  stamp_write "$dir/.venv/.cubby-stamp" "$dir/requirements.txt"
+}
+
+# ---------------------------------------------------------------------- server
+
+server_pid=""
+
+stop_server() {
+  [[ -n "$server_pid" ]] || return 0
+  if kill -0 "$server_pid" 2>/dev/null; then
+    log "stopping cubby (pid $server_pid)"
+    kill -TERM "$server_pid" 2>/dev/null || true
+    for _ in $(seq 1 300); do
+      kill -0 "$server_pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    if kill -0 "$server_pid" 2>/dev/null; then
+      log "cubby did not stop within 30 s; sending SIGKILL"
+      kill -KILL "$server_pid" 2>/dev/null || true
+    fi
+  fi
+  wait "$server_pid" 2>/dev/null || true
+  server_pid=""
+}
+
+show_server_log() {
+  log "last 80 lines of $server_log:"
+  tail -n 80 "$server_log" >&2 || true
+}
+
+trap 'stop_server' EXIT
+trap 'exit 130' INT TERM
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+wait_health() { # wait_health URL SECONDS
+  local url="$1" deadline=$((SECONDS + $2)) next_note=$((SECONDS + 30))
+  while ((SECONDS < deadline)); do
+    if ! kill -0 "$server_pid" 2>/dev/null; then
+      log "cubby exited before becoming healthy"
+      return 1
+    fi
+    if [[ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$url" || true)" == "200" ]]; then
+      return 0
+    fi
+    if ((SECONDS >= next_note)); then
+      log "still waiting for $url ($((deadline - SECONDS)) s left)"
+      next_note=$((SECONDS + 30))
+    fi
+    sleep 1
+  done
+  log "timed out after $2 s waiting for $url"
+  return 1
+}
+
+if [[ "${CUBBY_COMPAT_SKIP_BUILD:-0}" != 1 ]]; then
+  log "building bin/cubby"
+  (cd "$repo" && go build -o bin/cubby ./cmd/cubby)
+fi
+
+port="${CUBBY_COMPAT_PORT:-$(free_port)}"
+api_key="e2b_$(od -An -N20 -tx1 /dev/urandom | tr -d ' \n')"
+origin="http://127.0.0.1:$port"
+
+# Install while the server starts: both take a while on a cold machine.
+log "starting cubby serve on $origin (data: $data_dir, log: $server_log)"
+CUBBY_API_KEY="$api_key" "$repo/bin/cubby" serve --listen "127.0.0.1:$port" --data-dir "$data_dir" \
+  >"$server_log" 2>&1 &
+server_pid=$!
+
+if ((run_js)); then install_js; fi
+if ((run_py)); then install_py; fi
+
+if ! wait_health "$origin/health" "$health_wait"; then
+  show_server_log
+  exit 1
+fi
+log "cubby is healthy"
+
+export E2B_API_URL="$origin" E2B_SANDBOX_URL="$origin" E2B_API_KEY="$api_key"
+unset E2B_DEBUG E2B_DOMAIN
+export CUBBY_COMPAT_CONCURRENCY="$concurrency"
+
+status=0
+if ((run_js)); then
+  log "running the JS suite (e2b $(cd "$here/js" && node -p 'require("./node_modules/e2b/package.json").version'))"
+  if ! (cd "$here/js" && node --test --test-concurrency="$concurrency" --test-timeout=180000 ./*.test.mjs); then
+    status=1
+    log "JS suite FAILED"
+  fi
+fi
+if ((run_py)); then
+  log "running the Python suite"
+  if ! (cd "$here/python" && .venv/bin/python -m pytest -n "$concurrency" --dist load); then
+    status=1
+    log "Python suite FAILED"
+  fi
+fi
+
+if ! kill -0 "$server_pid" 2>/dev/null; then
+  log "cubby died during the run"
+  status=1
+fi
+if ((status != 0)); then
+  show_server_log
+fi
+stop_server
+exit "$status"

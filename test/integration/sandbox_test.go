@@ -1,0 +1,250 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/cubby-dev/cubby/internal/envdpb/filesystem"
+	"github.com/cubby-dev/cubby/internal/envdpb/process"
+)
+
+func freePort(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestSandboxBasics: create, identity inside the sandbox, files, kill → 502.
+func TestSandboxBasics(t *testing.T) {
+	s := startServer(t)
+	sb := s.create(t, map[string]any{"envVars": map[string]string{"GREETING": "hi"}})
+	ctx := ctxT(t, time.Minute)
+
+	out, code := sb.run(ctx, t, `whoami; pwd; hostname; echo $GREETING; sudo -n whoami; python3 -c 'print(6*7)'`)
+	want := fmt.Sprintf("user\n/home/user\n%s\nhi\nroot\n42\n", sb.ID)
+	if code != 0 || out != want {
+		t.Fatalf("got exit %d output %q, want %q", code, out, want)
+	}
+	if _, err := sb.FS.MakeDir(ctx, connect.NewRequest(&filesystem.MakeDirRequest{Path: "proj"})); err != nil {
+		t.Fatal(err)
+	}
+	st, err := sb.FS.Stat(ctx, connect.NewRequest(&filesystem.StatRequest{Path: "proj"}))
+	if err != nil || st.Msg.GetEntry().GetOwner() != "user" || st.Msg.GetEntry().GetPath() != "/home/user/proj" {
+		t.Fatalf("stat: %v %v", st, err)
+	}
+
+	if code := s.api("DELETE", "/sandboxes/"+sb.ID, nil, nil); code != 204 {
+		t.Fatalf("kill: %d", code)
+	}
+	req, _ := http.NewRequest("GET", sb.envdURL("/health"), nil)
+	req.Header.Set("E2b-Sandbox-Id", sb.ID)
+	req.Header.Set("E2b-Sandbox-Port", "49983")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 502 || !strings.Contains(string(body), `"The sandbox was not found"`) {
+		t.Fatalf("health after kill: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestIsolation: sandboxes cannot reach each other or the host's services, and a
+// fork bomb or memory hog in one leaves the other working.
+func TestIsolation(t *testing.T) {
+	s := startServer(t)
+	a := s.create(t, map[string]any{})
+	b := s.create(t, map[string]any{})
+	ctx := ctxT(t, 2*time.Minute)
+
+	bAddr, _ := b.run(ctx, t, `hostname -I | cut -d' ' -f1`)
+	bAddr = strings.TrimSpace(bAddr)
+	gw, _ := a.run(ctx, t, `ip route | awk '/default/ {print $3}'`)
+	gw = strings.TrimSpace(gw)
+	if bAddr == "" || gw == "" {
+		t.Fatalf("addresses: b=%q gw=%q", bAddr, gw)
+	}
+	_, port, _ := net.SplitHostPort(s.addr)
+	probe := func(host, port string) string {
+		out, _ := a.run(ctx, t, fmt.Sprintf(`timeout 3 bash -c 'echo > /dev/tcp/%s/%s' 2>/dev/null && echo open || echo closed`, host, port))
+		return strings.TrimSpace(out)
+	}
+	if got := probe(bAddr, "49983"); got != "closed" {
+		t.Errorf("sandbox A reached sandbox B's envd: %s", got)
+	}
+	if got := probe(gw, port); got != "closed" {
+		t.Errorf("sandbox A reached the host control plane on the bridge: %s", got)
+	}
+
+	// Fork bomb and memory hog in A, bounded by A's cgroup.
+	a.run(ctx, t, `timeout 5 bash -c ':(){ :|:& };:' >/dev/null 2>&1; sleep 1; pkill -9 -f 'bash -c' || true`)
+	out, code := a.run(ctx, t, `python3 -c 'x = bytearray(2 << 30)' 2>&1; echo "exit=$?"`)
+	if !strings.Contains(out, "exit=137") && !strings.Contains(out, "MemoryError") {
+		t.Errorf("memory hog not stopped by the sandbox limit: %q (%d)", out, code)
+	}
+	if out, code := b.run(ctx, t, "echo alive"); code != 0 || out != "alive\n" {
+		t.Fatalf("sandbox B disturbed: %q %d", out, code)
+	}
+}
+
+// TestUploadLargerThanDisk: a too large upload is refused with 507 and leaves no
+// partial file; the sandbox keeps working.
+func TestUploadLargerThanDisk(t *testing.T) {
+	s := startServer(t)
+	sb := s.create(t, map[string]any{})
+	ctx := ctxT(t, 2*time.Minute)
+
+	var detail map[string]any
+	s.api("GET", "/sandboxes/"+sb.ID, nil, &detail)
+	diskMB := int(detail["diskSizeMB"].(float64))
+	size := (diskMB + 64) << 20
+
+	body := io.MultiReader(strings.NewReader(""), io.LimitReader(zeroReader{}, int64(size)))
+	req, _ := http.NewRequestWithContext(ctx, "POST", sb.envdURL("/files?path=/home/user/big.bin"), body)
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set("E2b-Sandbox-Id", sb.ID)
+	req.Header.Set("E2b-Sandbox-Port", "49983")
+	req.Header.Set("X-Access-Token", sb.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 507 {
+		t.Fatalf("upload of %d MiB into a %d MiB disk: status %d %s", size>>20, diskMB, resp.StatusCode, msg)
+	}
+	out, _ := sb.run(ctx, t, `ls -A /home/user | grep -c big || true; echo ok > small.txt && cat small.txt`)
+	if out != "0\nok\n" {
+		t.Fatalf("after failed upload: %q", out)
+	}
+}
+
+type zeroReader struct{}
+
+func (zeroReader) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+// TestKillCutsStreams: killing a sandbox breaks its in-flight streams at once.
+func TestKillCutsStreams(t *testing.T) {
+	s := startServer(t)
+	sb := s.create(t, map[string]any{})
+	ctx := ctxT(t, time.Minute)
+	stdin := false
+	stream, err := sb.Proc.Start(ctx, connect.NewRequest(&process.StartRequest{
+		Process: &process.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", "while true; do echo tick; sleep 0.2; done"}},
+		Stdin:   &stdin,
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !stream.Receive() || stream.Msg().GetEvent().GetStart() == nil {
+		t.Fatalf("no start event: %v", stream.Err())
+	}
+	killed := time.Now()
+	go s.api("DELETE", "/sandboxes/"+sb.ID, nil, nil)
+	for stream.Receive() {
+		if e := stream.Msg().GetEvent().GetEnd(); e != nil {
+			t.Fatalf("stream ended cleanly with %v; want a transport error", e)
+		}
+	}
+	if stream.Err() == nil {
+		t.Fatal("stream ended without error after kill")
+	}
+	if d := time.Since(killed); d > 5*time.Second {
+		t.Fatalf("stream survived the kill for %v", d)
+	}
+}
+
+// TestTimeoutAndRestart: TTL kill; SIGKILL of the server; restart re-adopts
+// running sandboxes with their files and reports the rest killed.
+func TestTimeoutAndRestart(t *testing.T) {
+	s := startServer(t)
+	keep := s.create(t, map[string]any{"timeout": 600, "metadata": map[string]string{"role": "keep"}})
+	short := s.create(t, map[string]any{"timeout": 600})
+	ctx := ctxT(t, 3*time.Minute)
+	if _, code := keep.run(ctx, t, "echo persisted > note.txt"); code != 0 {
+		t.Fatal("write note")
+	}
+	if code := s.api("POST", "/sandboxes/"+short.ID+"/timeout", map[string]any{"timeout": 2}, nil); code != 204 {
+		t.Fatalf("set timeout: %d", code)
+	}
+	time.Sleep(3500 * time.Millisecond)
+	if code := s.api("GET", "/sandboxes/"+short.ID, nil, nil); code != 404 {
+		t.Fatalf("sandbox past its deadline still exists: %d", code)
+	}
+
+	s.kill9()
+	s.start()
+	var list []map[string]any
+	s.api("GET", "/v2/sandboxes?metadata="+metadataQuery("role", "keep"), nil, &list)
+	if len(list) != 1 || list[0]["sandboxID"] != keep.ID {
+		t.Fatalf("after restart list = %v", list)
+	}
+	out, code := keep.run(ctx, t, "cat note.txt")
+	if code != 0 || out != "persisted\n" {
+		t.Fatalf("file after restart: %q %d", out, code)
+	}
+}
+
+// metadataQuery encodes one metadata filter the way the SDKs do (E2B wire §2.4):
+// key and value escaped, joined, and the pair escaped again as one parameter.
+func metadataQuery(k, v string) string {
+	return url.QueryEscape(url.QueryEscape(k) + "=" + url.QueryEscape(v))
+}
+
+// TestHostRouting: <port>-<id>.<domain> reaches any port inside the sandbox.
+func TestHostRouting(t *testing.T) {
+	s := startServer(t)
+	sb := s.create(t, map[string]any{})
+	ctx := ctxT(t, time.Minute)
+	stdin := false
+	stream, err := sb.Proc.Start(ctx, connect.NewRequest(&process.StartRequest{
+		Process: &process.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", "mkdir -p site && echo hello-from-8000 > site/index.html && cd site && exec python3 -m http.server 8000"}},
+		Stdin:   &stdin,
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	stream.Receive()
+	var body []byte
+	for i := 0; i < 100; i++ {
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+s.addr+"/index.html", nil)
+		req.Host = fmt.Sprintf("8000-%s.cubby.test", sb.ID)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			body, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !bytes.Equal(body, []byte("hello-from-8000\n")) {
+		t.Fatalf("host routing body %q", body)
+	}
+}
