@@ -28,6 +28,9 @@ type CreateRequest struct {
 	CPUCount   int    // CPUs (quota), >= 1
 	MemoryMB   int    // memory limit in MiB
 	DiskSizeMB int    // writable layer size in MiB
+	// NoInternet blocks traffic from the sandbox to anything outside the host
+	// (create's allow_internet_access=false); the gateway still reaches it.
+	NoInternet bool
 	// Init is sent to the agent once it answers /health, before Create returns.
 	Init agentapi.InitRequest
 }

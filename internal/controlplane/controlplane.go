@@ -220,8 +220,8 @@ func (s *Service) recover(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("recover: %w", err)
 		}
-		if sb.running() && !time.Now().Before(sb.endAt) {
-			due = append(due, sb)
+		if !in.Paused && !time.Now().Before(r.EndAt) {
+			due = append(due, sb) // the timer fires at once too; expire is idempotent
 		}
 	}
 	for _, sb := range due {

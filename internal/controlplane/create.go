@@ -221,6 +221,7 @@ func (s *Service) createRequest(rec store.Sandbox, ref TemplateRef, sp createSpe
 	return backend.CreateRequest{
 		SandboxID: rec.ID, TemplateID: ref.ID, RootfsDir: ref.RootfsDir,
 		CPUCount: rec.CPUCount, MemoryMB: rec.MemoryMB, DiskSizeMB: rec.DiskSizeMB,
+		NoInternet: sp.allowNet != nil && !*sp.allowNet,
 		Init: agentapi.InitRequest{
 			EnvVars: sp.envVars, AccessToken: rec.AccessToken,
 			DefaultUser: defaultUser, DefaultWorkdir: defaultWorkdir, Timestamp: time.Now(),

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -126,7 +125,7 @@ func (f *fakeBackend) lastCreate() backend.CreateRequest {
 
 // harness is a Service on a fresh store and fake backend behind an httptest server.
 type harness struct {
-	t       *testing.T
+	t       testing.TB
 	svc     *Service
 	store   *store.Store
 	fake    *fakeBackend
@@ -138,7 +137,7 @@ type harness struct {
 	stopped bool
 }
 
-func newHarness(t *testing.T, cfg Config) *harness {
+func newHarness(t testing.TB, cfg Config) *harness {
 	t.Helper()
 	dbPath := filepath.Join(t.TempDir(), "cubby.db")
 	st, err := store.Open(context.Background(), dbPath)
@@ -206,7 +205,7 @@ type response struct {
 	body   []byte
 }
 
-func (r response) json(t *testing.T, v any) {
+func (r response) json(t testing.TB, v any) {
 	t.Helper()
 	if err := json.Unmarshal(r.body, v); err != nil {
 		t.Fatalf("decode %s: %v", r.body, err)
@@ -315,5 +314,3 @@ func (h *harness) record(id string) store.Sandbox {
 }
 
 func str(v string) *string { return &v }
-
-var _ = fmt.Sprintf

@@ -295,11 +295,19 @@ func (h httpAPI) SetSandboxTimeout(w http.ResponseWriter, r *http.Request, id ap
 	if !h.ready(w) {
 		return
 	}
-	var b api.SetSandboxTimeoutJSONRequestBody
+	var b struct {
+		api.SetSandboxTimeoutJSONRequestBody
+		Present *int32 `json:"timeout"` // detects a missing field (which would mean 0: kill now)
+	}
 	if err := decodeBody(w, r, &b, true); err != nil {
 		h.fail(w, r, err)
 		return
 	}
+	if b.Present == nil {
+		h.fail(w, r, badRequest("timeout is required"))
+		return
+	}
+	b.Timeout = *b.Present
 	ttl, err := h.s.ttl(&b.Timeout, 0)
 	if err == nil {
 		err = h.s.setTimeout(r.Context(), id, ttl)

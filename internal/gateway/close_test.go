@@ -255,3 +255,23 @@ func atoi(s string) int {
 	fmt.Sscan(s, &n)
 	return n
 }
+
+// TestAbortSkipsCompletedStream: once a sandbox's response has been read in full, a
+// kill must not reset the keep-alive connection, which the client may already be
+// reusing for a request to another sandbox.
+func TestAbortSkipsCompletedStream(t *testing.T) {
+	client, server := net.Pipe()
+	defer client.Close()
+	canceled := false
+	cs := &clientStream{conn: server, cancel: func() { canceled = true }}
+	cs.complete.Store(true)
+	cs.abort()
+	if cs.killed.Load() || canceled {
+		t.Fatal("completed stream was aborted")
+	}
+	go func() { _, _ = server.Write([]byte("x")) }()
+	buf := make([]byte, 1)
+	if _, err := client.Read(buf); err != nil {
+		t.Fatalf("connection was closed: %v", err)
+	}
+}

@@ -91,12 +91,13 @@ func New(res Resolver, cfg Config, log *slog.Logger) *Gateway {
 	}
 	g.transport = g.newTransport(cfg.DialTimeout)
 	g.proxy = &httputil.ReverseProxy{
-		Rewrite:       rewrite,
-		Transport:     g.transport,
-		FlushInterval: -1,
-		BufferPool:    newBufferPool(),
-		ErrorHandler:  g.proxyError,
-		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		Rewrite:        rewrite,
+		ModifyResponse: markCompletion,
+		Transport:      g.transport,
+		FlushInterval:  -1,
+		BufferPool:     newBufferPool(),
+		ErrorHandler:   g.proxyError,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 	return g
 }
@@ -108,7 +109,7 @@ func (g *Gateway) Handler(api http.Handler) http.Handler {
 		route, ok, err := g.Match(r)
 		switch {
 		case err != nil:
-			writeError(w, http.StatusBadRequest, err.Error())
+			writeError(w, matchErrorStatus(err), err.Error())
 		case ok:
 			g.serveRoute(w, r, route)
 		default:
@@ -126,7 +127,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	route, ok, err := g.Match(r)
 	switch {
 	case err != nil:
-		writeError(w, http.StatusBadRequest, err.Error())
+		writeError(w, matchErrorStatus(err), err.Error())
 	case !ok:
 		writeError(w, http.StatusBadRequest, "request is not addressed to a sandbox")
 	default:

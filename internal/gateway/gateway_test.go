@@ -215,7 +215,7 @@ func TestSignedFilesRouting(t *testing.T) {
 		"wrong op":    "/files?path=%2Fhome%2Fuser%2Fa.txt&signature=" + url.QueryEscape(filesig.Sign("/home/user/a.txt", filesig.OpWrite, "", "token-A", 0)),
 	} {
 		code, body, _ := do(t, e.client, e.request(t, http.MethodGet, target, "", 0, ""))
-		if code != http.StatusBadRequest || !strings.HasPrefix(body, `{"code":400,"message":`) {
+		if code != http.StatusUnauthorized || !strings.HasPrefix(body, `{"code":401,"message":`) {
 			t.Errorf("%s: %d %q", name, code, body)
 		}
 	}

@@ -131,7 +131,20 @@ func validID(id string) bool {
 	return true
 }
 
-var errUnsignedFiles = errors.New("/files request without routing headers must carry a signature")
+// Errors of signed /files routing; both are answered 401 like envd's own checks
+// (E2B wire §3.7), since neither request can be authorised by any sandbox.
+var (
+	errUnsignedFiles    = errors.New("/files request without routing headers must carry a signature")
+	errInvalidSignature = errors.New("invalid signature")
+)
+
+// matchErrorStatus is the HTTP status for an error returned by Match.
+func matchErrorStatus(err error) int {
+	if errors.Is(err, errUnsignedFiles) || errors.Is(err, errInvalidSignature) {
+		return http.StatusUnauthorized
+	}
+	return http.StatusBadRequest
+}
 
 // matchSigned finds the sandbox whose access token validates a signed /files URL.
 func (g *Gateway) matchSigned(r *http.Request) (Route, error) {
@@ -173,5 +186,5 @@ func (g *Gateway) matchSigned(r *http.Request) (Route, error) {
 	if paused != nil {
 		return Route{SandboxID: paused.ID, Port: EnvdPort}, nil
 	}
-	return Route{}, errors.New("signed /files request matches no sandbox")
+	return Route{}, errInvalidSignature
 }

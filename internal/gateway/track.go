@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -79,9 +80,10 @@ func (g *Gateway) ConnContext(ctx context.Context, c net.Conn) context.Context {
 // whole connection (one request at a time), which is reset on abort. On HTTP/2 the
 // connection is shared with other sandboxes' streams, so only the stream is aborted.
 type clientStream struct {
-	conn   net.Conn // reset on abort; nil for HTTP/2 or without ConnContext
-	cancel context.CancelFunc
-	killed atomic.Bool
+	conn     net.Conn // reset on abort; nil for HTTP/2 or without ConnContext
+	cancel   context.CancelFunc
+	killed   atomic.Bool
+	complete atomic.Bool // the sandbox's whole response has been read
 }
 
 func newClientStream(r *http.Request, cancel context.CancelFunc) *clientStream {
@@ -93,6 +95,12 @@ func newClientStream(r *http.Request, cancel context.CancelFunc) *clientStream {
 }
 
 func (s *clientStream) abort() {
+	if s.complete.Load() {
+		// The response is complete (the client may already hold all of it and be
+		// sending its next request, perhaps for another sandbox, on this keep-alive
+		// connection): there is nothing left to cut.
+		return
+	}
 	s.killed.Store(true)
 	if s.conn != nil {
 		resetConn(s.conn)
@@ -130,3 +138,41 @@ func (c *trackedConn) Close() error {
 }
 
 func (c *trackedConn) abort() { _ = c.Conn.Close() }
+
+// markCompletion is the proxy's ModifyResponse hook: it marks the client stream
+// complete once the sandbox's response body has been read to its end (its declared
+// length, or EOF), before the last bytes are relayed, so that CloseSandbox never
+// resets a keep-alive connection whose response already finished.
+func markCompletion(resp *http.Response) error {
+	pt, ok := resp.Request.Context().Value(proxyTargetKey{}).(*proxyTarget)
+	if !ok || pt.stream == nil || resp.StatusCode == http.StatusSwitchingProtocols {
+		return nil // an upgraded connection lives on after the response
+	}
+	if resp.ContentLength == 0 || resp.Body == nil || resp.Body == http.NoBody {
+		pt.stream.complete.Store(true)
+		return nil
+	}
+	resp.Body = &completionBody{ReadCloser: resp.Body, left: resp.ContentLength, stream: pt.stream}
+	return nil
+}
+
+// completionBody marks its stream complete when the body is exhausted.
+type completionBody struct {
+	io.ReadCloser
+	left   int64 // bytes still expected; -1 when the length is unknown
+	stream *clientStream
+}
+
+func (b *completionBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if b.left > 0 {
+		b.left -= int64(n)
+		if b.left <= 0 {
+			b.stream.complete.Store(true)
+		}
+	}
+	if err == io.EOF {
+		b.stream.complete.Store(true)
+	}
+	return n, err
+}

@@ -117,7 +117,7 @@ func (m *Manager) addHostVeth(id, name string, nsfd int) error {
 	}
 	// The kernel ignores IFLA_IFALIAS on creation; the alias marks the veth as
 	// ours (Prefix and id) for Sweep.
-	if err := error(nil); err != nil {
+	if err := m.host.LinkSetAlias(veth, m.aliasPrefix()+id); err != nil {
 		return fmt.Errorf("set alias of veth %s: %w", name, err)
 	}
 	if err := m.host.LinkSetMaster(veth, br); err != nil {

@@ -46,7 +46,7 @@ type Definition struct {
 	Pip      []string          `json:"pip,omitempty"` // pip requirement specifiers
 	Npm      []string          `json:"npm,omitempty"` // global npm packages (needs nodejs)
 	Files    map[string]File   `json:"files,omitempty"`
-	Run      []string          `json:"run,omitempty"` // bash -c commands run as root in the chroot, in order
+	Run      []string          `json:"run,omitempty"` // bash -e scripts run as root in the chroot (cwd /), in order, with Env set
 	Env      map[string]string `json:"env,omitempty"` // baked into /etc/environment
 	User     string            `json:"user,omitempty"`
 	Workdir  string            `json:"workdir,omitempty"`
@@ -346,9 +346,11 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // Includes returns the Debian packages mmdebstrap installs (--include): the
 // definition's packages plus what every template needs (python3, python, sudo,
-// passwd) and what pip/npm need, sorted and de-duplicated by package name.
+// passwd, bash, libnss-myhostname) and what pip/npm need, sorted and de-duplicated by package name.
 func (d Definition) Includes() []string {
-	implicit := []string{"python3", "python-is-python3", "sudo", "passwd", "bash"}
+	// libnss-myhostname resolves whatever hostname the sandbox gets, so sudo never
+	// warns "unable to resolve host".
+	implicit := []string{"python3", "python-is-python3", "sudo", "passwd", "bash", "libnss-myhostname"}
 	if len(d.Pip) > 0 {
 		implicit = append(implicit, "python3-pip", "ca-certificates")
 	}

@@ -23,11 +23,11 @@ var ErrAliasTaken = errors.New("template alias already in use")
 
 // Info describes one built template tree (stored as template.json next to it).
 type Info struct {
-	ID        string            `json:"id"`      // IDFor(Name)
-	Name      string            `json:"name"`    // primary alias
-	Aliases   []string          `json:"aliases"` // Name first, then the definition's aliases
-	Digest    string            `json:"digest"`  // Definition.Digest of the build inputs
-	RootfsDir string            `json:"-"`       // absolute path of the immutable rootfs tree
+	ID        string            `json:"id"`        // IDFor(Name)
+	Name      string            `json:"name"`      // primary alias
+	Aliases   []string          `json:"aliases"`   // Name first, then the definition's aliases
+	Digest    string            `json:"digest"`    // Definition.Digest of the build inputs
+	RootfsDir string            `json:"rootfsDir"` // absolute path of the immutable rootfs tree (recomputed on load)
 	BuiltAt   time.Time         `json:"builtAt"`
 	SizeBytes int64             `json:"sizeBytes"` // disk usage of the rootfs, bytes
 	User      string            `json:"user"`      // default user (E2B wire §3.6)
@@ -57,7 +57,7 @@ type Manager struct {
 const hostCABundle = "/etc/ssl/certs/ca-certificates.crt"
 
 // NewManager returns a Manager storing templates under dir (created on first
-// build). A nil log discards log output.
+// build). Builds need root and mmdebstrap in PATH. A nil log discards log output.
 func NewManager(dir string, log *slog.Logger) *Manager {
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs
@@ -107,6 +107,7 @@ func (m *Manager) Build(ctx context.Context, def Definition, progress io.Writer,
 	}
 	info, err := m.build(ctx, def, files, id, digest, progress)
 	if err != nil {
+		m.log.Warn("template build failed", "id", id, "name", def.Name, "digest", digest, "err", err)
 		return Info{}, fmt.Errorf("build template %q: %w", def.Name, err)
 	}
 	return info, nil
@@ -139,7 +140,7 @@ func (m *Manager) cached(id, digest string, progress io.Writer) (Info, bool) {
 func (m *Manager) build(ctx context.Context, def Definition, files []resolvedFile, id, digest string, progress io.Writer) (Info, error) {
 	steps := plan(def, files)
 	pw := newProgressWriter(progress, steps)
-	if err := os.MkdirAll(m.stagingDir(), 0o700); err != nil {
+	if err := os.MkdirAll(m.stagingDir(), 0o755); err != nil {
 		return Info{}, fmt.Errorf("staging: %w", err)
 	}
 	stage, err := os.MkdirTemp(m.stagingDir(), id+"-")

@@ -117,7 +117,7 @@ func customizeScript(ctxDir string, d Definition, hostCA string) string {
 		env := shqAll(envPairs(d.Env))
 		for i, cmd := range d.Run {
 			fmt.Fprintf(&b, "echo %s\n", shq("+ "+firstLine(cmd)))
-			fmt.Fprintf(&b, "c %s /bin/bash %s/run/%d.sh\n", env, chrootCtx, i)
+			fmt.Fprintf(&b, "c %s /bin/bash -e %s/run/%d.sh\n", env, chrootCtx, i)
 		}
 	}
 	fmt.Fprintf(&b, "rm -rf \"$root%s\" \"$root/root/.cache\" \"$root/root/.npm\"\n", chrootCtx)

@@ -46,6 +46,9 @@ func (m *Manager) lock(ctx context.Context, name string) (func(), error) {
 // tryLock takes the flock name if it is free; ok is false if another build holds it.
 func (m *Manager) tryLock(name string) (unlock func(), ok bool, err error) {
 	dir := filepath.Join(m.dir, ".locks")
+	if err := os.MkdirAll(m.dir, 0o755); err != nil {
+		return nil, false, fmt.Errorf("lock %s: %w", name, err)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, false, fmt.Errorf("lock %s: %w", name, err)
 	}

@@ -169,12 +169,20 @@ if ((run_js)); then
     status=1
     log "JS suite FAILED"
   fi
+  if ! (cd "$here/js" && node leaks.mjs); then
+    status=1
+    log "JS suite left sandboxes running"
+  fi
 fi
 if ((run_py)); then
   log "running the Python suite"
   if ! (cd "$here/python" && .venv/bin/python -m pytest -n "$concurrency" --dist load); then
     status=1
     log "Python suite FAILED"
+  fi
+  if ! (cd "$here/python" && .venv/bin/python leaks.py); then
+    status=1
+    log "Python suite left sandboxes running"
   fi
 fi
 

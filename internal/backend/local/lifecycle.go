@@ -55,6 +55,11 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (inst b
 		return backend.Instance{}, fmt.Errorf("attach network: %w", err)
 	}
 	undo = append(undo, func() { _ = b.net.Detach(cleanupCtx, req.SandboxID) })
+	if req.NoInternet {
+		if err := b.net.SetInternetAccess(ctx, req.SandboxID, false); err != nil {
+			return backend.Instance{}, fmt.Errorf("block internet access: %w", err)
+		}
+	}
 
 	s := &sandbox{
 		ID: req.SandboxID, Addr: att.Addr, Runtime: rt.Name(), Lower: req.RootfsDir,

@@ -1,0 +1,221 @@
+package interpreter
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Line types of the /execute NDJSON stream (E2B wire §4.2).
+const (
+	lineExecutions = "number_of_executions"
+	lineStdout     = "stdout"
+	lineStderr     = "stderr"
+	lineResult     = "result"
+	lineError      = "error"
+	lineKeepalive  = "keepalive"
+	lineEnd        = "end_of_execution"
+)
+
+// Error names the service itself produces in error lines (besides the kernels'
+// own exception names).
+const (
+	// ErrNameTimeout: the execution exceeded Config.ExecutionTimeout.
+	ErrNameTimeout = "TimeoutError"
+	// ErrNameKernelDied: the kernel process exited; the context restarts itself.
+	ErrNameKernelDied = "KernelDied"
+	// ErrNameRestarting: the context was restarted while the cell ran (E2B name).
+	ErrNameRestarting = "ContextRestarting"
+	// ErrNameDeleted: the context was deleted while the cell ran or waited.
+	ErrNameDeleted = "ContextDeleted"
+	// ErrNameAborted: the kernel aborted the execution (E2B name).
+	ErrNameAborted = "ExecutionAborted"
+	// ErrNameExit: a bash cell ended with a non-zero exit status.
+	ErrNameExit = "ExitError"
+	// ErrNameInternal: the service failed to run the cell (e.g. env set-up).
+	ErrNameInternal = "InterpreterError"
+)
+
+// mimeKeys lifts known MIME types to top-level result keys (E2B wire §4.2);
+// everything else goes under "extra".
+var mimeKeys = map[string]string{
+	"text/plain":             "text",
+	"text/html":              "html",
+	"text/markdown":          "markdown",
+	"image/svg+xml":          "svg",
+	"image/png":              "png",
+	"image/jpeg":             "jpeg",
+	"application/pdf":        "pdf",
+	"text/latex":             "latex",
+	"application/json":       "json",
+	"application/javascript": "javascript",
+	"e2b/data":               "data",
+	"e2b/chart":              "chart",
+}
+
+// resultLine converts a Jupyter MIME bundle into a result line: known types under
+// their E2B key (text/plain with one pair of surrounding quotes stripped, JSON
+// values passed as JSON), unknown ones under "extra" (always present).
+func resultLine(data map[string]json.RawMessage, main bool) map[string]any {
+	line := map[string]any{"type": lineResult, "is_main_result": main}
+	extra := map[string]json.RawMessage{}
+	for mime, v := range data {
+		key, ok := mimeKeys[mime]
+		if !ok {
+			extra[mime] = v
+			continue
+		}
+		if key == "text" {
+			var s string
+			if json.Unmarshal(v, &s) == nil {
+				line[key] = stripQuotes(s)
+				continue
+			}
+		}
+		line[key] = v
+	}
+	line["extra"] = extra
+	return line
+}
+
+// stripQuotes removes one pair of matching surrounding ' or " quotes.
+func stripQuotes(s string) string {
+	if len(s) >= 2 && (s[0] == '\'' || s[0] == '"') && s[len(s)-1] == s[0] {
+		return s[1 : len(s)-1]
+	}
+	return s
+}
+
+// stream writes NDJSON lines to an HTTP response, flushing each one; it emits
+// keepalive lines while idle and keeps only the first error line. After
+// suppressErrors (the service cancelled the cell) kernel errors are dropped so
+// the service's own reason is the one reported. Safe for concurrent use.
+type stream struct {
+	mu         sync.Mutex
+	w          http.ResponseWriter
+	rc         *http.ResponseController
+	enc        *json.Encoder
+	last       time.Time
+	errSent    bool
+	suppress   bool
+	writeErr   error
+	onWriteErr func()
+}
+
+func newStream(w http.ResponseWriter, onWriteErr func()) *stream {
+	return &stream{w: w, rc: http.NewResponseController(w), enc: json.NewEncoder(w), onWriteErr: onWriteErr}
+}
+
+// start sends the headers at once (clients time only the wait for headers).
+func (s *stream) start() {
+	s.w.Header().Set("Content-Type", "application/x-ndjson")
+	s.w.Header().Set("Cache-Control", "no-store")
+	s.w.WriteHeader(http.StatusOK)
+	s.mu.Lock()
+	s.flushLocked()
+	s.mu.Unlock()
+}
+
+func (s *stream) flushLocked() {
+	if err := s.rc.Flush(); err != nil && s.writeErr == nil {
+		s.writeErr = err
+		if s.onWriteErr != nil {
+			go s.onWriteErr()
+		}
+	}
+	s.last = time.Now()
+}
+
+// write encodes one line (json.Encoder adds the newline; strings never hold raw
+// newlines because JSON escapes them).
+func (s *stream) write(v any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.writeLocked(v)
+}
+
+func (s *stream) writeLocked(v any) {
+	if s.writeErr != nil {
+		return
+	}
+	if err := s.enc.Encode(v); err != nil {
+		s.writeErr = err
+		if s.onWriteErr != nil {
+			go s.onWriteErr()
+		}
+		return
+	}
+	s.flushLocked()
+}
+
+// keepalive writes a keepalive line when nothing was written for at least d.
+func (s *stream) keepalive(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if time.Since(s.last) >= d {
+		s.writeLocked(map[string]string{"type": lineKeepalive})
+	}
+}
+
+func (s *stream) executions(n int) {
+	s.write(map[string]any{"type": lineExecutions, "execution_count": n})
+}
+
+// output writes a stdout/stderr line; ts is ISO 8601 ("" = now).
+func (s *stream) output(name, text, ts string) {
+	if text == "" {
+		return
+	}
+	if ts == "" {
+		ts = time.Now().UTC().Format("2006-01-02T15:04:05.000000Z07:00")
+	}
+	s.write(map[string]string{"type": name, "text": text, "timestamp": ts})
+}
+
+func (s *stream) result(data map[string]json.RawMessage, main bool) {
+	s.write(resultLine(data, main))
+}
+
+// kernelError writes an error raised by the user's code, unless one was sent
+// or the service is reporting its own reason.
+func (s *stream) kernelError(name, value string, traceback []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.errSent || s.suppress {
+		return
+	}
+	s.errSent = true
+	s.writeLocked(map[string]string{"type": lineError, "name": name, "value": value,
+		"traceback": strings.Join(traceback, "")})
+}
+
+// serviceError writes an error produced by the service; it replaces nothing
+// already sent but wins over kernel errors suppressed since suppressErrors.
+func (s *stream) serviceError(name, value string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.errSent {
+		return
+	}
+	s.errSent = true
+	s.writeLocked(map[string]string{"type": lineError, "name": name, "value": value, "traceback": ""})
+}
+
+// suppressErrors drops later kernel errors (e.g. the KeyboardInterrupt caused by
+// a timeout) so that the service's reason is reported.
+func (s *stream) suppressErrors() {
+	s.mu.Lock()
+	s.suppress = true
+	s.mu.Unlock()
+}
+
+func (s *stream) end() { s.write(map[string]string{"type": lineEnd}) }
+
+// failed reports whether a write to the client failed.
+func (s *stream) failed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.writeErr != nil
+}
