@@ -50,6 +50,9 @@ func New(cfg Config) *Agent {
 		cfg.Log = slog.Default()
 	}
 	s := settings.New()
+	if err := loadInit(s); err != nil {
+		cfg.Log.Warn("ignoring saved init settings", "err", err)
+	}
 	a := &Agent{
 		cfg:      cfg,
 		settings: s,
@@ -127,6 +130,9 @@ func (a *Agent) handleInit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.settings.Apply(req)
+	if err := saveInit(req); err != nil {
+		a.cfg.Log.Warn("cannot save init settings; a restarted agent will not have them", "err", err)
+	}
 	if !req.Timestamp.IsZero() {
 		if skew := time.Since(req.Timestamp); skew > time.Second || skew < -time.Second {
 			a.cfg.Log.Warn("clock skew between host and sandbox", "skew", skew)

@@ -24,6 +24,7 @@ func newAgentCmd() *cobra.Command {
 				}
 				os.Exit(code)
 			}
+			agent.PrewarmThreads(48)
 			a := agent.New(agent.Config{Addr: addr, Log: logger(cmd, true)})
 			return a.Serve(cmd.Context())
 		},

@@ -156,6 +156,13 @@ func (g *Gateway) serveRoute(w http.ResponseWriter, r *http.Request, route Route
 	pt := &proxyTarget{id: route.SandboxID, addr: t.Addr, port: route.Port, stream: cs}
 	out := r.WithContext(context.WithValue(ctx, proxyTargetKey{}, pt))
 	out.Header.Del(HeaderTrafficToken)
+	// The upstream transport reads the client's body while the response is relayed
+	// (it checks for EOF after Content-Length bytes, and streams longer bodies). An
+	// HTTP/1 server not in full-duplex mode consumes and closes that body as soon as
+	// the response headers are written; the transport's next read then fails and it
+	// closes the upstream connection mid-response. HTTP/2 is always full duplex and
+	// reports ErrNotSupported, which is fine.
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	g.proxy.ServeHTTP(w, out)
 	if cs.killed.Load() {
 		// The sandbox was closed mid-request: never finish the response cleanly.

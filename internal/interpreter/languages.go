@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/cubby-dev/cubby/internal/jupyter"
 )
@@ -54,8 +55,9 @@ type backend struct {
 	language string
 	bash     bool
 	spec     *jupyter.KernelSpec
-	python   bool // ipykernel: gets the display extension and Python argv flags
-	tcp      bool // the kernel cannot use ipc sockets (Deno)
+	python   bool          // ipykernel: gets the display extension and Python argv flags
+	tcp      bool          // the kernel cannot use ipc sockets (Deno)
+	settle   time.Duration // jupyter.Options.SettleDelay (Deno publishes out of order)
 	extraEnv []string
 	env      *envCode // nil: per-request env vars unsupported
 }
@@ -80,7 +82,7 @@ func resolveBackend(language string, specDirs []string, path string) (*backend, 
 		if err != nil {
 			return nil, unknown(language, specDirs, "install Deno (deno jupyter)")
 		}
-		return &backend{language: language, spec: ks, tcp: true, env: denoEnv,
+		return &backend{language: language, spec: ks, tcp: true, settle: 25 * time.Millisecond, env: denoEnv,
 			extraEnv: []string{"NO_COLOR=1", "DENO_NO_UPDATE_CHECK=1"}}, nil
 	case LangR:
 		ks, err := firstSpec(specDirs, "ir")

@@ -21,12 +21,12 @@ func TestDenoMessageInterrupt(t *testing.T) {
 		Language: "typescript", InterruptMode: "message"}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	k, err := Start(ctx, spec, Options{Transport: TCP, RuntimeDir: t.TempDir(), Env: []string{"NO_COLOR=1", "PATH=/usr/bin:/bin", "HOME=" + t.TempDir()}})
+	k, err := Start(ctx, spec, Options{Transport: TCP, SettleDelay: 25 * time.Millisecond, RuntimeDir: t.TempDir(), Env: []string{"NO_COLOR=1", "PATH=/usr/bin:/bin", "HOME=" + t.TempDir()}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { k.Close() })
-	if r, c := run(t, k, "let n: number = 41; n + 1"); r.Status != "ok" || !strings.Contains(string(c.first("execute_result").Content), "42") {
+	if r, c := run(t, k, "let n: number = 41; n + 1"); r.Status != "ok" || !resultContains(c, "42") {
 		t.Fatalf("reply %+v msgs %v", r, c.types())
 	}
 	ictx, icancel := context.WithCancel(context.Background())
@@ -39,7 +39,12 @@ func TestDenoMessageInterrupt(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || errors.Is(err, ErrInterruptTimeout) {
 		t.Fatalf("interrupt err = %v", err)
 	}
-	if r, c := run(t, k, "n"); r.Status != "ok" || !strings.Contains(string(c.first("execute_result").Content), "41") {
+	if r, c := run(t, k, "n"); r.Status != "ok" || !resultContains(c, "41") {
 		t.Fatalf("after interrupt %+v %v", r, c.types())
 	}
+}
+
+func resultContains(c *collector, s string) bool {
+	m := c.first("execute_result")
+	return m != nil && strings.Contains(string(m.Content), s)
 }

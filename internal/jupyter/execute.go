@@ -145,16 +145,24 @@ func (x *execution) finish(err error) (Reply, error) {
 }
 
 func (x *execution) wait(ctx context.Context) (Reply, error) {
-	var graceC, idleC, resendC <-chan time.Time
+	var graceC, idleC, resendC, settleC <-chan time.Time
+	settled := false
 	ctxDone := ctx.Done()
 	for {
 		if err := x.deliver(); err != nil {
 			return x.finish(err)
 		}
 		if x.gotReply && x.gotIdle {
-			return x.finish(nil)
+			if x.k.opts.SettleDelay <= 0 || settled {
+				return x.finish(nil)
+			}
+			if settleC == nil {
+				t := time.NewTimer(x.k.opts.SettleDelay)
+				defer t.Stop()
+				settleC = t.C
+			}
 		}
-		if x.gotReply && idleC == nil {
+		if x.gotReply && !x.gotIdle && idleC == nil {
 			t := time.NewTimer(x.k.opts.IdleGrace)
 			defer t.Stop()
 			idleC = t.C
@@ -181,6 +189,8 @@ func (x *execution) wait(ctx context.Context) (Reply, error) {
 		case <-graceC:
 			x.in.stop(ErrInterruptTimeout)
 			return x.finish(fmt.Errorf("%w: %w", ErrInterruptTimeout, x.cancelErr))
+		case <-settleC:
+			settled = true
 		case <-idleC:
 			x.reply.Incomplete = true
 			return x.finish(nil)

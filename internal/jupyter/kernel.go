@@ -62,6 +62,10 @@ type Options struct {
 	// IdleGrace bounds the wait for status idle after execute_reply (default 3 s);
 	// past it the execution ends with Reply.Incomplete set.
 	IdleGrace time.Duration
+	// SettleDelay keeps an execution open this long after reply and idle, for
+	// kernels that publish output out of order (Deno's execute_result can trail
+	// its idle status by microseconds to milliseconds); 0 = finish at once.
+	SettleDelay time.Duration
 	// MaxPendingBytes caps the output queued for one execution that the consumer
 	// has not taken yet (default 256 MiB); output beyond it is dropped and counted.
 	MaxPendingBytes int64

@@ -318,7 +318,7 @@ func TestInterruptKeepsState(t *testing.T) {
 	if r.Status != "error" || r.Ename != "KeyboardInterrupt" {
 		t.Fatalf("reply = %+v", r)
 	}
-	if r, c := run(t, k, "kept"); r.Status != "ok" || !strings.Contains(string(c.first("execute_result").Content), "42") {
+	if r, c := run(t, k, "kept"); r.Status != "ok" || !resultContains(c, "42") {
 		t.Fatalf("after interrupt: %+v", r)
 	}
 }
@@ -334,7 +334,7 @@ func TestKernelDeathAndRecovery(t *testing.T) {
 		t.Fatalf("err = %v, want ErrKernelDied", err)
 	}
 	r, c := run(t, k, "'state' in globals()")
-	if r.Status != "ok" || !strings.Contains(string(c.first("execute_result").Content), "False") {
+	if r.Status != "ok" || !resultContains(c, "False") {
 		t.Fatalf("after death: %+v %v", r, c.types())
 	}
 	if k.Pid() == oldPid {

@@ -136,7 +136,7 @@ wait_health() { # wait_health URL SECONDS
 
 if [[ "${CUBBY_COMPAT_SKIP_BUILD:-0}" != 1 ]]; then
   log "building bin/cubby"
-  (cd "$repo" && go build -o bin/cubby ./cmd/cubby)
+  (cd "$repo" && make -s build)
 fi
 
 port="${CUBBY_COMPAT_PORT:-$(free_port)}"
@@ -146,6 +146,8 @@ origin="http://127.0.0.1:$port"
 # Install while the server starts: both take a while on a cold machine.
 log "starting cubby serve on $origin (data: $data_dir, log: $server_log)"
 CUBBY_API_KEY="$api_key" "$repo/bin/cubby" serve --listen "127.0.0.1:$port" --data-dir "$data_dir" \
+  --templates-dir "${CUBBY_TEMPLATES_DIR:-$repo/.cache/templates}" \
+  --bridge "${CUBBY_COMPAT_BRIDGE:-cbcompat0}" --subnet "${CUBBY_COMPAT_SUBNET:-10.79.0.0/20}" \
   >"$server_log" 2>&1 &
 server_pid=$!
 

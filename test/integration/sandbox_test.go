@@ -96,8 +96,42 @@ func TestIsolation(t *testing.T) {
 		t.Errorf("sandbox A reached the host control plane on the bridge: %s", got)
 	}
 
-	// Fork bomb and memory hog in A, bounded by A's cgroup.
-	a.run(ctx, t, `timeout 5 bash -c ':(){ :|:& };:' >/dev/null 2>&1; sleep 1; pkill -9 -f 'bash -c' || true`)
+	// A fork bomb in A is capped by A's PID limit and dies with its process group.
+	stdin := false
+	bomb, err := a.Proc.Start(ctx, connect.NewRequest(&process.StartRequest{
+		Process: &process.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", ":(){ :|:& };: ; sleep 600"}},
+		Stdin:   &stdin,
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bomb.Receive() || bomb.Msg().GetEvent().GetStart() == nil {
+		t.Fatalf("fork bomb: no start event: %v", bomb.Err())
+	}
+	pid := bomb.Msg().GetEvent().GetStart().GetPid()
+	time.Sleep(3 * time.Second)
+	if out, code := b.run(ctx, t, "echo alive"); code != 0 || out != "alive\n" {
+		t.Fatalf("sandbox B disturbed by A's fork bomb: %q %d", out, code)
+	}
+	if _, err := a.Proc.SendSignal(ctx, connect.NewRequest(&process.SendSignalRequest{
+		Process: &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: pid}},
+		Signal:  process.Signal_SIGNAL_SIGKILL,
+	})); err != nil {
+		t.Fatalf("kill fork bomb: %v", err)
+	}
+	for bomb.Receive() {
+	}
+	bomb.Close()
+	var back string
+	for i := 0; i < 50 && back != "back\n"; i++ {
+		time.Sleep(200 * time.Millisecond)
+		back, _ = a.run(ctx, t, "echo back")
+	}
+	if back != "back\n" {
+		t.Fatalf("sandbox A did not recover after its fork bomb was killed: %q", back)
+	}
+
+	// A memory hog in A is stopped by A's memory limit.
 	out, code := a.run(ctx, t, `python3 -c 'x = bytearray(2 << 30)' 2>&1; echo "exit=$?"`)
 	if !strings.Contains(out, "exit=137") && !strings.Contains(out, "MemoryError") {
 		t.Errorf("memory hog not stopped by the sandbox limit: %q (%d)", out, code)

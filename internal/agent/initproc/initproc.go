@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -27,50 +28,88 @@ func IsInit() bool {
 	return os.Getpid() == 1 && os.Getenv(childEnv) == ""
 }
 
-// Run re-executes the current binary with the same arguments as a child, forwards
-// SIGTERM/SIGINT/SIGHUP/SIGQUIT to it, reaps every process until the child exits,
-// and returns the child's exit code (128+signal when it was killed by a signal).
+// Run re-executes the current binary with the same arguments as a child and
+// supervises it: SIGTERM/SIGINT/SIGHUP/SIGQUIT are forwarded and end supervision;
+// a child that dies on its own (crashed, or could not create a thread while a fork
+// bomb held every PID of the sandbox) is started again after a short backoff, so
+// the sandbox stays reachable. Every process re-parented to PID 1 is reaped. Run
+// returns the child's exit code (128+signal when it was killed by a signal) once
+// the child exits after a termination signal.
 func Run() (int, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return 1, fmt.Errorf("find own executable: %w", err)
 	}
-	sigs := make(chan os.Signal, 8)
+	sigs := make(chan os.Signal, 64)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGCHLD)
+	backoff := 50 * time.Millisecond
+	stopping := false
+	child, err := startChild(exe)
+	for err != nil {
+		fmt.Fprintf(os.Stderr, "cubby init: start agent: %v; retrying in %v\n", err, backoff)
+		time.Sleep(backoff)
+		backoff = min(backoff*2, 5*time.Second)
+		child, err = startChild(exe)
+	}
+	started := time.Now()
+	for sig := range sigs {
+		if sig != unix.SIGCHLD {
+			stopping = true
+			_ = unix.Kill(child, sig.(unix.Signal))
+			continue
+		}
+		code, done := reap(child)
+		if !done {
+			continue
+		}
+		if stopping {
+			return code, nil
+		}
+		fmt.Fprintf(os.Stderr, "cubby init: agent exited with status %d; restarting it\n", code)
+		if time.Since(started) > time.Minute {
+			backoff = 50 * time.Millisecond
+		}
+		for {
+			time.Sleep(backoff)
+			backoff = min(backoff*2, 5*time.Second)
+			if child, err = startChild(exe); err == nil {
+				break
+			}
+			fmt.Fprintf(os.Stderr, "cubby init: restart agent: %v\n", err)
+		}
+		started = time.Now()
+	}
+	return 1, errors.New("signal channel closed")
+}
+
+func startChild(exe string) (int, error) {
 	cmd := exec.Command(exe, os.Args[1:]...)
 	cmd.Env = append(os.Environ(), childEnv+"=1")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	if err := cmd.Start(); err != nil {
-		return 1, fmt.Errorf("start agent child: %w", err)
+		return 0, err
 	}
-	child := cmd.Process.Pid
-	for sig := range sigs {
-		if sig != unix.SIGCHLD {
-			_ = unix.Kill(child, sig.(unix.Signal))
-			continue
-		}
-		if code, done := reap(child); done {
-			return code, nil
-		}
-	}
-	return 1, errors.New("signal channel closed")
+	return cmd.Process.Pid, nil
 }
 
 // reap collects every exited process; it reports the child's exit code once the
 // child itself has been collected.
 func reap(child int) (int, bool) {
+	code, done := 0, false
 	for {
 		var ws unix.WaitStatus
 		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
 		if err != nil || pid <= 0 {
-			return 0, false
+			return code, done
 		}
 		if pid != child {
 			continue
 		}
+		done = true
 		if ws.Signaled() {
-			return 128 + int(ws.Signal()), true
+			code = 128 + int(ws.Signal())
+		} else {
+			code = ws.ExitStatus()
 		}
-		return ws.ExitStatus(), true
 	}
 }

@@ -231,6 +231,7 @@ func (p *proc) startPipes(withStdin bool) (err error) {
 	if err := p.cmd.Start(); err != nil {
 		return fmt.Errorf("exec %s: %w", p.cmd.Path, err)
 	}
+	resetOOMScore(p.cmd.Process.Pid)
 	p.outputs = []*os.File{outR, errR}
 	return nil
 }
@@ -261,6 +262,7 @@ func (p *proc) startPTY(u *users.User, size *pb.PTY_Size) error {
 		master.Close()
 		return fmt.Errorf("exec %s: %w", p.cmd.Path, err)
 	}
+	resetOOMScore(p.cmd.Process.Pid)
 	p.pty = master
 	p.outputs = []*os.File{master}
 	return nil
@@ -280,4 +282,16 @@ func listedConfig(cfg *pb.ProcessConfig, cwd string) *pb.ProcessConfig {
 	}
 	c.Cwd = proto.String(cwd)
 	return c
+}
+
+// userOOMScoreAdj is the oom_score_adj of every process the agent starts: when the
+// sandbox runs out of memory, the memcg OOM killer then picks user processes (and
+// their children, which inherit it) before the agent, so the sandbox stays reachable.
+// Raising a score needs no privilege (lowering the agent's would need CAP_SYS_RESOURCE).
+const userOOMScoreAdj = "500"
+
+// resetOOMScore applies userOOMScoreAdj to a started process, right after exec and
+// before a shell gets to run user code.
+func resetOOMScore(pid int) {
+	_ = os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid), []byte(userOOMScoreAdj), 0)
 }

@@ -82,6 +82,9 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (inst b
 	b.mu.Lock()
 	b.sandboxes[s.ID] = s
 	b.mu.Unlock()
+	if err := b.watchExit(s); err != nil {
+		b.log.Warn("cannot watch sandbox init; exits are noticed only by Kill", "sandbox", s.ID, "err", err)
+	}
 	return s.instance(), nil
 }
 

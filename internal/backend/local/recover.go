@@ -71,6 +71,9 @@ func (b *Backend) adopt(want map[string]bool, rtName string, st runtime.State) (
 	b.mu.Lock()
 	b.sandboxes[s.ID] = s
 	b.mu.Unlock()
+	if err := b.watchExit(s); err != nil {
+		b.log.Warn("cannot watch sandbox init", "sandbox", s.ID, "err", err)
+	}
 	return s, nil
 }
 

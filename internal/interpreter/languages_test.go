@@ -1,0 +1,96 @@
+package interpreter
+
+import (
+	"encoding/json"
+	"os/exec"
+	"testing"
+
+	"github.com/cubby-dev/cubby/internal/jupyter"
+)
+
+func TestNormalizeLanguage(t *testing.T) {
+	for in, want := range map[string]string{"": "python", " Python ": "python", "JS": "javascript",
+		"ts": "typescript", "R": "r", "bash": "bash", "julia-1.9": "julia-1.9"} {
+		if got := NormalizeLanguage(in); got != want {
+			t.Errorf("NormalizeLanguage(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestAnsiQuote(t *testing.T) {
+	got := ansiQuote("a'b\\c\n\x00\x7fé")
+	want := `$'a\'b\\c\x0a\x7fé'`
+	if got != want {
+		t.Fatalf("ansiQuote = %s, want %s", got, want)
+	}
+}
+
+func TestResultLineMapping(t *testing.T) {
+	line := resultLine(map[string]json.RawMessage{}, true)
+	if line["extra"] == nil || line["is_main_result"] != true || line["type"] != "result" {
+		t.Fatalf("empty bundle = %v", line)
+	}
+	for in, want := range map[string]string{`'a'`: "a", `"b"`: "b", `'c"`: `'c"`, `'`: `'`, `x`: "x"} {
+		if got := stripQuotes(in); got != want {
+			t.Errorf("stripQuotes(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestJavaScriptAndTypeScript needs Deno (host: npm i -g deno).
+func TestJavaScriptAndTypeScript(t *testing.T) {
+	if _, err := exec.LookPath("deno"); err != nil {
+		t.Skip("deno not installed (npm i -g deno)")
+	}
+	cwd := t.TempDir()
+	_, base := newService(t, func(c *Config) {
+		c.DefaultLanguages = []string{LangJavaScript}
+		c.Workdir = cwd
+	})
+	x := runCode(t, base, map[string]any{"language": "js", "code": "Deno.cwd()"})
+	if len(x.results) != 1 || x.results[0]["text"] != cwd || x.count != 1 {
+		t.Fatalf("js cwd: %v", x.lines)
+	}
+	x = runCode(t, base, map[string]any{"language": "javascript", "code": "Deno.env.get('REQ')",
+		"env_vars": map[string]string{"REQ": "v\"1"}})
+	if len(x.results) != 1 || x.results[0]["text"] != `v\"1` && x.results[0]["text"] != `v"1` {
+		t.Fatalf("js env_vars: %v", x.lines)
+	}
+	x = runCode(t, base, map[string]any{"language": "js", "code": "String(Deno.env.get('REQ'))"})
+	if len(x.results) != 1 || x.results[0]["text"] != "undefined" {
+		t.Fatalf("js env restore: %v", x.lines)
+	}
+	x = runCode(t, base, map[string]any{"language": "ts", "code": "const n: number = 21; console.log('log'); n * 2"})
+	if len(x.results) != 1 || x.results[0]["text"] != "42" || x.stdout != "log\n" {
+		t.Fatalf("ts: %v", x.lines)
+	}
+	x = runCode(t, base, map[string]any{"language": "ts", "code": "throw new Error('bad')"})
+	if x.err == nil {
+		t.Fatalf("ts error: %v", x.lines)
+	}
+}
+
+// TestR needs IRkernel (host: apt-get install r-cran-irkernel).
+func TestR(t *testing.T) {
+	if _, err := jupyter.LookupKernelSpec(jupyter.KernelSpecDirs("", ""), "ir"); err != nil {
+		t.Skip("IRkernel not installed")
+	}
+	_, base := newService(t, func(c *Config) { c.DefaultLanguages = []string{LangR} })
+	x := runCode(t, base, map[string]any{"language": "r", "code": "1 + 1"})
+	if len(x.results) != 1 || x.results[0]["text"] != "[1] 2" {
+		t.Fatalf("r: %v", x.lines)
+	}
+	x = runCode(t, base, map[string]any{"language": "R", "code": "cat(Sys.getenv('REQ'))",
+		"env_vars": map[string]string{"REQ": "r\\v"}})
+	if x.stdout != "r\\v" {
+		t.Fatalf("r env_vars: %v", x.lines)
+	}
+	x = runCode(t, base, map[string]any{"language": "r", "code": "cat(Sys.getenv('REQ', unset = 'unset'), exists('.cubby_saved_env'))"})
+	if x.stdout != "unset FALSE" {
+		t.Fatalf("r env restore: %v", x.lines)
+	}
+	x = runCode(t, base, map[string]any{"language": "r", "code": "stop('bad')"})
+	if x.err == nil {
+		t.Fatalf("r error: %v", x.lines)
+	}
+}

@@ -1,0 +1,455 @@
+// Package interpreter is the E2B-compatible code-interpreter service (port
+// 49999, E2B wire §4): code contexts backed by Jupyter kernels (Python, Deno for
+// JavaScript/TypeScript, R, any installed kernelspec) or a native persistent
+// bash, the POST /execute NDJSON stream and the /contexts API.
+package interpreter
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"os"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/cubby-dev/cubby/internal/agent/users"
+	"github.com/cubby-dev/cubby/internal/jupyter"
+)
+
+// DefaultPythonExtension is the IPython extension module loaded into Python
+// kernels (charts/DataFrames formatters shipped by the code-interpreter template).
+const DefaultPythonExtension = "cubby_display"
+
+// Config configures a Service. Zero values take the defaults given per field.
+type Config struct {
+	// Env returns the sandbox-level environment variables (preferred source).
+	Env func() map[string]string
+	// EnvdURL, used when Env is nil, is envd's base URL (e.g.
+	// "http://127.0.0.1:49983"); the env comes from GET /envs with the
+	// request's X-Access-Token. Both empty: no sandbox env.
+	EnvdURL string
+	// User is the account kernels run as ("" = the service's own user).
+	User string
+	// Workdir is the default context cwd ("" = the user's home).
+	Workdir string
+	// Log receives diagnostics (default slog.Default()).
+	Log *slog.Logger
+	// PythonExtension is the IPython extension module loaded into Python
+	// kernels (default DefaultPythonExtension); a missing module only logs a
+	// warning in the kernel. "-" disables it.
+	PythonExtension string
+	// PythonPath is prepended to PYTHONPATH of Python kernels (where the
+	// extension module lives).
+	PythonPath []string
+	// KernelSpecDirs is the kernelspec search path (default
+	// jupyter.KernelSpecDirs(<user home>, $JUPYTER_PATH)).
+	KernelSpecDirs []string
+	// DefaultLanguages are pre-started by StartDefaults (default python,
+	// javascript); languages not installed are skipped.
+	DefaultLanguages []string
+	// ExecutionTimeout bounds one cell; 0 = no limit (clients time out and
+	// disconnect, which interrupts the cell).
+	ExecutionTimeout time.Duration
+	// KeepaliveInterval is the idle time before a keepalive line (default 5 s).
+	KeepaliveInterval time.Duration
+	// InterruptGrace bounds the wait for an interrupted cell before the kernel
+	// is killed and restarted (default 3 s).
+	InterruptGrace time.Duration
+	// StartTimeout bounds a kernel start (default 60 s).
+	StartTimeout time.Duration
+	// RuntimeDir holds per-kernel connection files and sockets (default os.TempDir()).
+	RuntimeDir string
+	// KernelLogDir receives one capped <context id>.log per kernel ("" = discard).
+	KernelLogDir string
+}
+
+// Context is a code context as the API returns it (E2B wire §4.1).
+type Context struct {
+	ID       string `json:"id"`
+	Language string `json:"language"`
+	Cwd      string `json:"cwd"`
+}
+
+// codeContext is a context with its engine and its one-execution-at-a-time lock.
+type codeContext struct {
+	Context
+	seq     int
+	eng     engine
+	sem     chan struct{}
+	deleted atomic.Bool
+}
+
+// lock waits for the context's turn; false when ctx ended first.
+func (c *codeContext) lock(ctx context.Context) bool {
+	select {
+	case c.sem <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (c *codeContext) unlock() { <-c.sem }
+
+// Service is the code-interpreter service. Create it with New; serve Handler.
+type Service struct {
+	cfg      Config
+	log      *slog.Logger
+	acct     account
+	specDirs []string
+	client   *http.Client
+
+	mu       sync.Mutex
+	contexts map[string]*codeContext
+	defaults map[string]*codeContext  // language → default context
+	creating map[string]chan struct{} // language → default being created
+	seq      int
+	closed   bool
+	bg       sync.WaitGroup
+}
+
+// account is the user kernels run as.
+type account struct {
+	name, home string
+	cred       *syscall.Credential
+}
+
+func resolveAccount(name string) (account, error) {
+	if name == "" {
+		u, err := user.Current()
+		if err != nil {
+			return account{}, fmt.Errorf("current user: %w", err)
+		}
+		return account{name: u.Username, home: u.HomeDir}, nil
+	}
+	u, err := users.Lookup(name)
+	if err != nil {
+		return account{}, err
+	}
+	a := account{name: u.Name, home: u.Home}
+	if int(u.UID) != os.Getuid() || int(u.GID) != os.Getgid() {
+		a.cred = &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups}
+	}
+	return a, nil
+}
+
+// New returns a Service for cfg. It fails when cfg.User does not exist.
+func New(cfg Config) (*Service, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.PythonExtension == "" {
+		cfg.PythonExtension = DefaultPythonExtension
+	}
+	if cfg.DefaultLanguages == nil {
+		cfg.DefaultLanguages = []string{LangPython, LangJavaScript}
+	}
+	if cfg.KeepaliveInterval <= 0 {
+		cfg.KeepaliveInterval = 5 * time.Second
+	}
+	if cfg.InterruptGrace <= 0 {
+		cfg.InterruptGrace = 3 * time.Second
+	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = 60 * time.Second
+	}
+	acct, err := resolveAccount(cfg.User)
+	if err != nil {
+		return nil, fmt.Errorf("interpreter user: %w", err)
+	}
+	if cfg.Workdir == "" {
+		cfg.Workdir = acct.home
+	}
+	if cfg.KernelSpecDirs == nil {
+		cfg.KernelSpecDirs = jupyter.KernelSpecDirs(acct.home, os.Getenv("JUPYTER_PATH"))
+	}
+	return &Service{cfg: cfg, log: cfg.Log, acct: acct, specDirs: cfg.KernelSpecDirs,
+		client:   &http.Client{Timeout: 5 * time.Second},
+		contexts: map[string]*codeContext{}, defaults: map[string]*codeContext{},
+		creating: map[string]chan struct{}{}}, nil
+}
+
+// StartDefaults creates the default context of every Config.DefaultLanguages
+// entry that is installed, concurrently, so the first runCode does not pay for a
+// kernel start. It returns the start errors of installed languages.
+func (s *Service) StartDefaults(ctx context.Context) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(s.cfg.DefaultLanguages))
+	env := s.sandboxEnv(nil)
+	for i, lang := range s.cfg.DefaultLanguages {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := s.defaultContext(ctx, NormalizeLanguage(lang), env)
+			if errors.Is(err, ErrUnknownLanguage) {
+				s.log.Info("default context skipped", "language", lang, "err", err)
+				err = nil
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Close kills every kernel and waits for background restarts. Idempotent.
+func (s *Service) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	all := make([]*codeContext, 0, len(s.contexts))
+	for _, c := range s.contexts {
+		all = append(all, c)
+	}
+	s.contexts, s.defaults = map[string]*codeContext{}, map[string]*codeContext{}
+	s.mu.Unlock()
+	for _, c := range all {
+		c.deleted.Store(true)
+		c.eng.close()
+	}
+	s.bg.Wait()
+	return nil
+}
+
+// sandboxEnv returns the sandbox env from Config.Env or envd's GET /envs
+// (forwarding r's X-Access-Token); failures are logged and yield nil.
+func (s *Service) sandboxEnv(r *http.Request) map[string]string {
+	if s.cfg.Env != nil {
+		return s.cfg.Env()
+	}
+	if s.cfg.EnvdURL == "" {
+		return nil
+	}
+	req, err := http.NewRequest(http.MethodGet, strings.TrimRight(s.cfg.EnvdURL, "/")+"/envs", nil)
+	if err != nil {
+		s.log.Warn("envd env request", "err", err)
+		return nil
+	}
+	if r != nil {
+		if tok := r.Header.Get("X-Access-Token"); tok != "" {
+			req.Header.Set("X-Access-Token", tok)
+		}
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		s.log.Warn("fetch sandbox env from envd", "err", err)
+		return nil
+	}
+	defer resp.Body.Close()
+	env := map[string]string{}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&env) != nil {
+		s.log.Warn("fetch sandbox env from envd", "status", resp.Status)
+		return nil
+	}
+	return env
+}
+
+func newContextID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// lookup returns a live context by id.
+func (s *Service) lookup(id string) *codeContext {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.contexts[id]
+}
+
+// defaultContext returns (creating once, concurrently safe) the default context
+// of language.
+func (s *Service) defaultContext(ctx context.Context, language string, env map[string]string) (*codeContext, error) {
+	for {
+		s.mu.Lock()
+		if c := s.defaults[language]; c != nil {
+			s.mu.Unlock()
+			return c, nil
+		}
+		wait, busy := s.creating[language]
+		if !busy {
+			done := make(chan struct{})
+			s.creating[language] = done
+			s.mu.Unlock()
+			c, err := s.createContext(ctx, language, "", env, true)
+			s.mu.Lock()
+			delete(s.creating, language)
+			s.mu.Unlock()
+			close(done)
+			return c, err
+		}
+		s.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// createContext starts an engine for language in cwd ("" = Config.Workdir) and
+// registers it (as the language's default when isDefault).
+func (s *Service) createContext(ctx context.Context, language, cwd string, env map[string]string, isDefault bool) (*codeContext, error) {
+	b, err := resolveBackend(language, s.specDirs, s.kernelPath(env))
+	if err != nil {
+		return nil, err
+	}
+	if cwd == "" {
+		cwd = s.cfg.Workdir
+	}
+	if st, err := os.Stat(cwd); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("%w: cwd %q is not a directory", errBadRequest, cwd)
+	}
+	id := newContextID()
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.StartTimeout)
+	defer cancel()
+	eng, err := s.startEngine(ctx, b, id, cwd, env)
+	if err != nil {
+		return nil, fmt.Errorf("start %s context: %w", language, err)
+	}
+	c := &codeContext{Context: Context{ID: id, Language: language, Cwd: cwd}, eng: eng, sem: make(chan struct{}, 1)}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		eng.close()
+		return nil, errors.New("interpreter service closed")
+	}
+	s.seq++
+	c.seq = s.seq
+	s.contexts[id] = c
+	if isDefault {
+		s.defaults[language] = c
+	}
+	return c, nil
+}
+
+var errBadRequest = errors.New("bad request")
+
+// kernelPath is the PATH kernels get (sandbox env, else the service's own).
+func (s *Service) kernelPath(env map[string]string) string {
+	if p := env["PATH"]; p != "" {
+		return p
+	}
+	if p := os.Getenv("PATH"); p != "" {
+		return p
+	}
+	return "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+}
+
+// kernelEnv builds a kernel's environment: login basics, the sandbox env, then
+// the backend's own entries.
+func (s *Service) kernelEnv(env map[string]string, extra []string) []string {
+	m := map[string]string{"PATH": s.kernelPath(env), "HOME": s.acct.home, "USER": s.acct.name,
+		"LOGNAME": s.acct.name, "SHELL": "/bin/bash", "LANG": "C.UTF-8"}
+	maps.Copy(m, env)
+	for _, kv := range extra {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v
+		}
+	}
+	out := make([]string, 0, len(m))
+	for _, k := range sortedKeys(m) {
+		out = append(out, k+"="+m[k])
+	}
+	return out
+}
+
+// startEngine launches the backend's kernel or bash for a new context.
+func (s *Service) startEngine(ctx context.Context, b *backend, id, cwd string, env map[string]string) (engine, error) {
+	if b.bash {
+		bin, err := lookPathIn("bash", s.kernelPath(env))
+		if err != nil {
+			return nil, err
+		}
+		e := &bashEngine{bin: bin, dir: cwd, env: s.kernelEnv(env, []string{"TERM=dumb"}), cred: s.acct.cred,
+			grace: s.cfg.InterruptGrace, log: s.log, spawnEnv: maps.Clone(env)}
+		if _, err := e.shell(ctx); err != nil {
+			return nil, err
+		}
+		return e, nil
+	}
+	extra := append([]string(nil), b.extraEnv...)
+	var args []string
+	if b.python {
+		args = s.pythonArgs()
+		if len(s.cfg.PythonPath) > 0 {
+			pp := strings.Join(s.cfg.PythonPath, string(filepath.ListSeparator))
+			if cur := env["PYTHONPATH"]; cur != "" {
+				pp += string(filepath.ListSeparator) + cur
+			}
+			extra = append(extra, "PYTHONPATH="+pp)
+		}
+	}
+	o := jupyter.Options{Dir: cwd, Env: s.kernelEnv(env, extra), Credential: s.acct.cred, ExtraArgs: args,
+		RuntimeDir: s.cfg.RuntimeDir, InterruptGrace: s.cfg.InterruptGrace, SettleDelay: b.settle,
+		Log: s.log.With("context", id)}
+	if b.tcp {
+		o.Transport = jupyter.TCP
+	}
+	if s.cfg.KernelLogDir != "" {
+		o.LogPath = filepath.Join(s.cfg.KernelLogDir, id+".log")
+	}
+	k, err := jupyter.Start(ctx, b.spec, o)
+	if err != nil {
+		return nil, err
+	}
+	return &kernelEngine{k: k, env: b.env, spawnEnv: maps.Clone(env), pid: k.Pid(), applied: maps.Clone(env)}, nil
+}
+
+// pythonArgs are ipykernel flags: plain tracebacks (E2B's NoColor), no shared
+// history database, no sequence truncation, and the display extension.
+func (s *Service) pythonArgs() []string {
+	args := []string{"--InteractiveShell.colors=NoColor", "--HistoryManager.enabled=False",
+		"--PlainTextFormatter.max_seq_length=0"}
+	if s.cfg.PythonExtension != "-" {
+		args = append(args, "--IPKernelApp.extra_extensions="+s.cfg.PythonExtension)
+	}
+	return args
+}
+
+// list returns the live contexts in creation order.
+func (s *Service) list() []Context {
+	s.mu.Lock()
+	all := make([]*codeContext, 0, len(s.contexts))
+	for _, c := range s.contexts {
+		all = append(all, c)
+	}
+	s.mu.Unlock()
+	sort.Slice(all, func(i, j int) bool { return all[i].seq < all[j].seq })
+	out := make([]Context, len(all))
+	for i, c := range all {
+		out[i] = c.Context
+	}
+	return out
+}
+
+// remove unregisters and closes a context; false when unknown.
+func (s *Service) remove(id string) bool {
+	s.mu.Lock()
+	c := s.contexts[id]
+	if c != nil {
+		delete(s.contexts, id)
+		if s.defaults[c.Language] == c {
+			delete(s.defaults, c.Language)
+		}
+	}
+	s.mu.Unlock()
+	if c == nil {
+		return false
+	}
+	c.deleted.Store(true)
+	c.eng.close()
+	return true
+}
