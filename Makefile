@@ -4,7 +4,7 @@ BIN     ?= bin/cubby
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/cubby-dev/cubby/internal/cli.Version=$(VERSION)
 
-.PHONY: all build generate test test-unit test-integration test-compat quickstart bench fmt vet clean
+.PHONY: all build generate templates test deps-test test-unit test-integration test-compat quickstart bench fmt vet clean
 
 all: build
 
@@ -23,16 +23,26 @@ generate:
 		filesystem/filesystem.proto process/process.proto
 	PATH="$$($(GO) env GOPATH)/bin:$$PATH" $(GO) generate ./internal/api/...
 
-## test: everything CI runs: vet, unit tests, integration tests against the real server, both official SDK suites
-test: vet test-unit test-integration test-compat
+TEMPLATES ?= $(CURDIR)/.cache/templates
+export CUBBY_TEMPLATES_DIR := $(TEMPLATES)
+
+## test: everything CI runs: host test deps, vet, unit tests, integration tests against the real server, both official SDK suites
+test: deps-test vet test-unit test-integration test-compat
+
+deps-test:
+	scripts/install-deps.sh --test
+
+## templates: build the built-in templates the tests use into $(TEMPLATES) (cached; rebuilt only when their definition changes)
+templates: build
+	$(BIN) template build base --templates-dir $(TEMPLATES)
 
 test-unit:
-	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /test/)
+	$(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v /test/)
 
-test-integration: build
+test-integration: templates
 	CUBBY_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m ./test/integration/...
 
-test-compat: build
+test-compat: templates
 	CUBBY_COMPAT_SKIP_BUILD=1 test/compat/run.sh
 
 ## quickstart: install what is missing, build, start the server and run a real example with the official SDK

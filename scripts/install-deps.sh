@@ -2,10 +2,16 @@
 # Installs the host packages Cubby needs on Debian bookworm (idempotent):
 # runc (OCI runtime), mmdebstrap (template builds), nftables, e2fsprogs (sandbox
 # disks), busybox-static (test rootfs trees), plus Node.js/npm and Python for the
-# official SDK suites when they are missing.
+# official SDK suites when they are missing. With --test it also installs what the
+# Go tests of the kernel manager drive on the host: ipykernel, matplotlib, pandas,
+# IRkernel and Deno's Jupyter kernel.
 set -euo pipefail
+pkgs=(runc mmdebstrap nftables e2fsprogs busybox-static ca-certificates curl)
+if [ "${1:-}" = --test ]; then
+  pkgs+=(python3-ipykernel python3-matplotlib python3-pandas python3-pytest python3-pil r-cran-irkernel)
+fi
 need=()
-for pkg in runc mmdebstrap nftables e2fsprogs busybox-static ca-certificates curl; do
+for pkg in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 command -v node >/dev/null || need+=(nodejs npm)
@@ -15,5 +21,9 @@ if [ "${#need[@]}" -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+if [ "${1:-}" = --test ] && ! command -v deno >/dev/null; then
+  echo "installing deno (npm)"
+  npm install -g --silent --no-audit --no-fund deno >/dev/null
 fi
 command -v go >/dev/null || { echo "Go 1.26+ is required (https://go.dev/dl)"; exit 1; }

@@ -22,13 +22,17 @@ import (
 	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/envdpb/filesystem/filesystemconnect"
 	"github.com/cubby-dev/cubby/internal/envdpb/process/processconnect"
+	"github.com/cubby-dev/cubby/internal/interpreter"
 )
 
 // Config configures the agent.
 type Config struct {
 	// Addr is the envd listen address, default ":49983".
 	Addr string
-	Log  *slog.Logger
+	// InterpreterAddr is the code-interpreter listen address, default ":49999";
+	// "-" disables the code interpreter.
+	InterpreterAddr string
+	Log             *slog.Logger
 }
 
 // Agent is the envd server. Create it with New, run it with Serve.
@@ -37,6 +41,7 @@ type Agent struct {
 	settings *settings.Settings
 	fs       *filesystem.Service
 	proc     *process.Service
+	interp   *interpreter.Service // nil when disabled
 	handler  http.Handler
 }
 
@@ -60,8 +65,31 @@ func New(cfg Config) *Agent {
 		proc:     process.NewService(s, cfg.Log.With("svc", "process")),
 	}
 	a.handler = a.routes()
+	if cfg.InterpreterAddr == "" {
+		cfg.InterpreterAddr = ":" + strconv.Itoa(agentapi.InterpreterPort)
+		a.cfg.InterpreterAddr = cfg.InterpreterAddr
+	}
+	if cfg.InterpreterAddr != "-" {
+		interp, err := interpreter.New(interpreter.Config{
+			Env:          s.EnvVars,
+			User:         s.User(),
+			Workdir:      s.Workdir(),
+			Log:          cfg.Log.With("svc", "interpreter"),
+			PythonPath:   []string{PythonPath},
+			KernelLogDir: "/run/cubby/kernels",
+		})
+		if err != nil {
+			cfg.Log.Warn("code interpreter disabled", "err", err)
+		} else {
+			a.interp = interp
+		}
+	}
 	return a
 }
+
+// PythonPath is where templates install Cubby's Python modules (the IPython
+// display extension loaded into every Python kernel).
+const PythonPath = "/opt/cubby/python"
 
 // Settings returns the sandbox-level settings shared by every service.
 func (a *Agent) Settings() *settings.Settings { return a.settings }
@@ -164,47 +192,90 @@ func writeJSONError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]any{"code": status, "message": msg})
 }
 
-// Serve listens on the configured address and serves until ctx is done, then
-// shuts down gracefully (within 2 s) and stops every process and watcher it started.
+// Serve listens on the envd and code-interpreter addresses and serves until ctx
+// is done, then shuts down gracefully (within 2 s) and stops every process, kernel
+// and watcher it started. The default code contexts start in the background.
 func (a *Agent) Serve(ctx context.Context) error {
-	ln, err := net.Listen("tcp", a.cfg.Addr)
+	envd, err := net.Listen("tcp", a.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", a.cfg.Addr, err)
 	}
-	return a.ServeListener(ctx, ln)
+	var interp net.Listener
+	if a.interp != nil {
+		if interp, err = net.Listen("tcp", a.cfg.InterpreterAddr); err != nil {
+			envd.Close()
+			return fmt.Errorf("listen %s: %w", a.cfg.InterpreterAddr, err)
+		}
+	}
+	return a.ServeListeners(ctx, envd, interp)
 }
 
-// ServeListener is Serve on an existing listener.
-func (a *Agent) ServeListener(ctx context.Context, ln net.Listener) error {
-	var protocols http.Protocols
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
-	srv := &http.Server{
-		Handler:           a.handler,
-		Protocols:         &protocols,
-		ReadHeaderTimeout: 30 * time.Second,
-		ErrorLog:          slog.NewLogLogger(a.cfg.Log.Handler(), slog.LevelDebug),
+// ServeListeners is Serve on existing listeners; interp may be nil.
+func (a *Agent) ServeListeners(ctx context.Context, envd, interp net.Listener) error {
+	servers := []*http.Server{a.server(a.handler)}
+	listeners := []net.Listener{envd}
+	if interp != nil && a.interp != nil {
+		servers = append(servers, a.server(a.interpreterHandler()))
+		listeners = append(listeners, interp)
+		go func() {
+			if err := a.interp.StartDefaults(ctx); err != nil {
+				a.cfg.Log.Warn("default code contexts", "err", err)
+			}
+		}()
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	a.cfg.Log.Info("envd listening", "addr", ln.Addr().String(), "version", agentapi.EnvdVersion)
+	errc := make(chan error, len(servers))
+	for i, srv := range servers {
+		go func() { errc <- srv.Serve(listeners[i]) }()
+		a.cfg.Log.Info("listening", "addr", listeners[i].Addr().String(), "envd_version", agentapi.EnvdVersion)
+	}
+	var serveErr error
 	select {
 	case err := <-errc:
-		a.close()
-		return fmt.Errorf("serve envd: %w", err)
+		serveErr = fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	err := srv.Shutdown(shutdownCtx)
-	a.close()
-	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("shutdown envd: %w", err)
+	for _, srv := range servers {
+		if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) && serveErr == nil {
+			serveErr = fmt.Errorf("shutdown: %w", err)
+		}
 	}
-	return nil
+	a.close()
+	return serveErr
+}
+
+func (a *Agent) server(h http.Handler) *http.Server {
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	return &http.Server{
+		Handler:           h,
+		Protocols:         &protocols,
+		ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog:          slog.NewLogLogger(a.cfg.Log.Handler(), slog.LevelDebug),
+	}
+}
+
+// interpreterHandler serves the code interpreter; /execute requires the access
+// token of a secured sandbox (E2B wire §1.4), /contexts and /health do not.
+func (a *Agent) interpreterHandler() http.Handler {
+	h := a.interp.Handler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/execute" && !a.settings.CheckToken(r.Header.Get("X-Access-Token")) {
+			w.Header().Set("Content-Type", "application/json; charset=utf-8")
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte(unauthorizedBody))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 func (a *Agent) close() {
 	a.fs.Close()
 	a.proc.Close()
+	if a.interp != nil {
+		_ = a.interp.Close()
+	}
 }
