@@ -113,13 +113,23 @@ func (s *Service) kill(ctx context.Context, id, reason string) error {
 }
 
 // killLocked kills sb; the caller holds sb.op.
+//
+// The sandbox leaves the routing table and its connections are cut before the
+// backend stops it: in-flight streams then fail with a reset (not a clean EOF from a
+// dying agent) and the SDK's /health probe gets 502 at once, which is how the SDKs
+// recognise a killed sandbox (E2B wire §3.5). A backend failure is reported, but the
+// sandbox stays killed; whatever the backend left behind is swept at the next start.
 func (s *Service) killLocked(ctx context.Context, sb *sandbox, reason string) error {
-	if err := s.backend.Kill(ctx, sb.id); err != nil {
-		return fmt.Errorf("kill sandbox %s: %w", sb.id, err)
-	}
 	s.forget(sb)
-	err := s.store.MarkKilled(ctx, sb.id, time.Now(), reason)
 	s.notifyKill(sb.id)
+	backendErr := s.backend.Kill(ctx, sb.id)
+	if backendErr != nil {
+		reason += fmt.Sprintf(" (backend cleanup failed: %v)", backendErr)
+	}
+	err := s.store.MarkKilled(ctx, sb.id, time.Now(), reason)
+	if backendErr != nil {
+		return fmt.Errorf("kill sandbox %s: %w", sb.id, backendErr)
+	}
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("record kill of %s: %w", sb.id, err)
 	}

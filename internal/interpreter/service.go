@@ -7,7 +7,6 @@ package interpreter
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -33,12 +32,9 @@ const DefaultPythonExtension = "cubby_display"
 
 // Config configures a Service. Zero values take the defaults given per field.
 type Config struct {
-	// Env returns the sandbox-level environment variables (preferred source).
+	// Env returns the sandbox-level environment variables (the agent's /init
+	// envVars); nil means none.
 	Env func() map[string]string
-	// EnvdURL, used when Env is nil, is envd's base URL (e.g.
-	// "http://127.0.0.1:49983"); the env comes from GET /envs with the
-	// request's X-Access-Token. Both empty: no sandbox env.
-	EnvdURL string
 	// User is the account kernels run as ("" = the service's own user).
 	User string
 	// Workdir is the default context cwd ("" = the user's home).
@@ -108,7 +104,6 @@ type Service struct {
 	log      *slog.Logger
 	acct     account
 	specDirs []string
-	client   *http.Client
 
 	mu       sync.Mutex
 	contexts map[string]*codeContext
@@ -175,7 +170,6 @@ func New(cfg Config) (*Service, error) {
 		cfg.KernelSpecDirs = jupyter.KernelSpecDirs(acct.home, os.Getenv("JUPYTER_PATH"))
 	}
 	return &Service{cfg: cfg, log: cfg.Log, acct: acct, specDirs: cfg.KernelSpecDirs,
-		client:   &http.Client{Timeout: 5 * time.Second},
 		contexts: map[string]*codeContext{}, defaults: map[string]*codeContext{},
 		creating: map[string]chan struct{}{}}, nil
 }
@@ -221,37 +215,12 @@ func (s *Service) Close() error {
 	return nil
 }
 
-// sandboxEnv returns the sandbox env from Config.Env or envd's GET /envs
-// (forwarding r's X-Access-Token); failures are logged and yield nil.
-func (s *Service) sandboxEnv(r *http.Request) map[string]string {
+// sandboxEnv returns the sandbox-level env from Config.Env (nil when unset).
+func (s *Service) sandboxEnv(_ *http.Request) map[string]string {
 	if s.cfg.Env != nil {
 		return s.cfg.Env()
 	}
-	if s.cfg.EnvdURL == "" {
-		return nil
-	}
-	req, err := http.NewRequest(http.MethodGet, strings.TrimRight(s.cfg.EnvdURL, "/")+"/envs", nil)
-	if err != nil {
-		s.log.Warn("envd env request", "err", err)
-		return nil
-	}
-	if r != nil {
-		if tok := r.Header.Get("X-Access-Token"); tok != "" {
-			req.Header.Set("X-Access-Token", tok)
-		}
-	}
-	resp, err := s.client.Do(req)
-	if err != nil {
-		s.log.Warn("fetch sandbox env from envd", "err", err)
-		return nil
-	}
-	defer resp.Body.Close()
-	env := map[string]string{}
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&env) != nil {
-		s.log.Warn("fetch sandbox env from envd", "status", resp.Status)
-		return nil
-	}
-	return env
+	return nil
 }
 
 func newContextID() string {
