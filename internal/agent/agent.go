@@ -75,7 +75,6 @@ func New(cfg Config) *Agent {
 			User:         s.User(),
 			Workdir:      s.Workdir(),
 			Log:          cfg.Log.With("svc", "interpreter"),
-			PythonPath:   []string{PythonPath},
 			KernelLogDir: "/run/cubby/kernels",
 		})
 		if err != nil {
@@ -86,10 +85,6 @@ func New(cfg Config) *Agent {
 	}
 	return a
 }
-
-// PythonPath is where templates install Cubby's Python modules (the IPython
-// display extension loaded into every Python kernel).
-const PythonPath = "/opt/cubby/python"
 
 // Settings returns the sandbox-level settings shared by every service.
 func (a *Agent) Settings() *settings.Settings { return a.settings }
