@@ -2,10 +2,40 @@ package template
 
 import (
 	"embed"
+	"errors"
 	"io/fs"
 	"path"
 	"sort"
+
+	"github.com/cubby-dev/cubby/internal/interpreter/python"
 )
+
+// builtinSources are files a built-in installs that live with the code owning them
+// rather than in its directory: the code-interpreter template installs Cubby's
+// IPython extension straight from the package that embeds and tests it.
+var builtinSources = map[string]fs.FS{
+	"code-interpreter": python.Files(),
+}
+
+// unionFS resolves a path in each file system in turn.
+type unionFS []fs.FS
+
+func (u unionFS) Open(name string) (fs.File, error) {
+	var first error
+	for _, f := range u {
+		file, err := f.Open(name)
+		if err == nil {
+			return file, nil
+		}
+		if first == nil || !errors.Is(err, fs.ErrNotExist) {
+			first = err
+		}
+	}
+	if first == nil {
+		first = &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
+	}
+	return nil, first
+}
 
 // builtinFS holds the built-in definitions: builtin/<name>/cubby-template.yaml plus
 // any files they reference. Adding a built-in is adding such a directory.
@@ -29,7 +59,11 @@ func Builtin(name string) (Definition, bool) {
 	if err != nil {
 		return Definition{}, false
 	}
-	def, err := ParseDefinition(data, dir)
+	src := dir
+	if extra, ok := builtinSources[name]; ok {
+		src = unionFS{dir, extra}
+	}
+	def, err := ParseDefinition(data, src)
 	if err != nil || def.Name != name {
 		return Definition{}, false
 	}

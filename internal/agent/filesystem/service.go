@@ -70,21 +70,7 @@ func (s *Service) Close() error {
 // user resolves the request's sandbox user: the Basic auth username, else the
 // default user. An unknown user is `unauthenticated` "invalid username: '<u>'".
 func (s *Service) user(h http.Header) (*users.User, error) {
-	name, ok, err := users.FromBasicAuth(h)
-	if err != nil {
-		return nil, connect.NewError(connect.CodeUnauthenticated, err)
-	}
-	if !ok {
-		name = s.settings.User()
-	}
-	u, err := users.Lookup(name)
-	if errors.Is(err, users.ErrUnknownUser) {
-		return nil, connect.NewError(connect.CodeUnauthenticated, err)
-	}
-	if err != nil {
-		return nil, connect.NewError(connect.CodeInternal, err)
-	}
-	return u, nil
+	return users.ForRPC(h, s.settings.User())
 }
 
 // resolve returns the request's user and the absolute path p names for them.

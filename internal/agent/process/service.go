@@ -166,21 +166,7 @@ func (s *Service) lookup(sel *pb.ProcessSelector, withFinished bool) (*proc, err
 // resolveUser picks the user from the Basic authorization header, else the
 // sandbox default. Unknown → `unauthenticated` "invalid username: '<u>'".
 func (s *Service) resolveUser(h http.Header) (*users.User, error) {
-	name, ok, err := users.FromBasicAuth(h)
-	if err != nil {
-		return nil, connect.NewError(connect.CodeUnauthenticated, err)
-	}
-	if !ok {
-		name = s.settings.User()
-	}
-	u, err := users.Lookup(name)
-	if errors.Is(err, users.ErrUnknownUser) {
-		return nil, connect.NewError(connect.CodeUnauthenticated, err)
-	}
-	if err != nil {
-		return nil, connect.NewError(connect.CodeInternal, err)
-	}
-	return u, nil
+	return users.ForRPC(h, s.settings.User())
 }
 
 // keepaliveInterval reads KeepaliveHeader (seconds), else DefaultKeepalive.

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"connectrpc.com/connect"
 )
 
 // ErrUnknownUser is wrapped by errors for a username that does not exist in the sandbox.
@@ -94,4 +96,26 @@ func (u *User) Resolve(path, workdir string) string {
 	default:
 		return filepath.Join(u.Home, path)
 	}
+}
+
+// ForRPC resolves the user of an envd Connect RPC: the Basic authorization
+// username, else defaultUser. Errors are Connect errors as envd sends them: a
+// malformed header or an unknown user is `unauthenticated` ("invalid username:
+// '<u>'"), a broken user database `internal`.
+func ForRPC(h http.Header, defaultUser string) (*User, error) {
+	name, ok, err := FromBasicAuth(h)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeUnauthenticated, err)
+	}
+	if !ok {
+		name = defaultUser
+	}
+	u, err := Lookup(name)
+	if errors.Is(err, ErrUnknownUser) {
+		return nil, connect.NewError(connect.CodeUnauthenticated, err)
+	}
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInternal, err)
+	}
+	return u, nil
 }

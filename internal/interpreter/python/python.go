@@ -24,27 +24,28 @@ const ModuleName = "cubby_display"
 // and the profile directory.
 const KernelConfigName = "ipython_kernel_config.py"
 
-//go:embed cubby_display/*.py
-var moduleFS embed.FS
+//go:embed cubby_display/*.py ipython_kernel_config.py
+var sourceFS embed.FS
 
-//go:embed config/ipython_kernel_config.py
-var kernelConfig []byte
-
-// Files returns the extension's source files: "cubby_display/<name>.py" paths,
-// ready to be copied below a directory on the Python path.
-func Files() fs.FS { return moduleFS }
+// Files returns the extension's source files ("cubby_display/<name>.py") and the
+// kernel configuration (KernelConfigName) as one file system; the code-interpreter
+// template installs them from here.
+func Files() fs.FS { return sourceFS }
 
 // KernelConfig returns the content of ipython_kernel_config.py: NoColor
 // tracebacks, PlainTextFormatter.max_seq_length = 0 and ModuleName in
 // InteractiveShellApp.extra_extensions.
-func KernelConfig() []byte { return append([]byte(nil), kernelConfig...) }
+func KernelConfig() []byte {
+	data, _ := sourceFS.ReadFile(KernelConfigName)
+	return data
+}
 
 // Install writes the extension package into dir (dir/cubby_display/*.py, files
 // 0644, directories 0755), creating dir if needed and overwriting older copies,
 // so that PYTHONPATH=dir makes the extension importable. Errors wrap the
 // failing file system operation.
 func Install(dir string) error {
-	return fs.WalkDir(moduleFS, ".", func(p string, d fs.DirEntry, err error) error {
+	return fs.WalkDir(sourceFS, ModuleName, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -55,7 +56,7 @@ func Install(dir string) error {
 			}
 			return nil
 		}
-		data, err := moduleFS.ReadFile(p)
+		data, err := sourceFS.ReadFile(p)
 		if err != nil {
 			return fmt.Errorf("install %s: %w", ModuleName, err)
 		}

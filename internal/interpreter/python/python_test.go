@@ -1,8 +1,7 @@
-package python
+package python_test
 
 import (
 	"bytes"
-	"flag"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -11,96 +10,69 @@ import (
 	"strings"
 	"testing"
 
-	"sigs.k8s.io/yaml"
-
+	"github.com/cubby-dev/cubby/internal/interpreter/python"
 	"github.com/cubby-dev/cubby/internal/template"
 )
-
-var update = flag.Bool("update", false, "rewrite the code-interpreter template's copies of the extension")
 
 // Where the code-interpreter template installs the files (Debian bookworm's python3.11).
 const (
 	templateName     = "code-interpreter"
-	templateDir      = "../../template/builtin/" + templateName
 	sitePackages     = "/usr/local/lib/python3.11/dist-packages"
-	kernelConfigDest = "/etc/ipython/" + KernelConfigName
+	kernelConfigDest = "/etc/ipython/" + python.KernelConfigName
 )
 
 func moduleFiles(t *testing.T) []string {
 	t.Helper()
-	files, err := fs.Glob(Files(), ModuleName+"/*.py")
+	files, err := fs.Glob(python.Files(), python.ModuleName+"/*.py")
 	if err != nil || len(files) == 0 {
-		t.Fatalf("Files() has no %s/*.py: %v", ModuleName, err)
+		t.Fatalf("python.Files() has no %s/*.py: %v", python.ModuleName, err)
 	}
 	return files
 }
 
 func TestInstall(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "py")
-	if err := Install(dir); err != nil {
+	if err := python.Install(dir); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range moduleFiles(t) {
-		want, _ := fs.ReadFile(Files(), f)
+		want, _ := fs.ReadFile(python.Files(), f)
 		got, err := os.ReadFile(filepath.Join(dir, f))
 		if err != nil || !bytes.Equal(got, want) {
 			t.Errorf("installed %s differs (err %v)", f, err)
 		}
 	}
-	if err := Install(dir); err != nil { // overwrite is fine
+	if err := python.Install(dir); err != nil { // overwrite is fine
 		t.Fatalf("second Install: %v", err)
 	}
-	if err := Install("/proc/nonexistent/x"); err == nil {
+	if err := python.Install("/proc/nonexistent/x"); err == nil {
 		t.Error("Install into /proc succeeded")
 	}
-	if !bytes.Contains(KernelConfig(), []byte(`"`+ModuleName+`"`)) {
-		t.Errorf("KernelConfig does not load %s:\n%s", ModuleName, KernelConfig())
+	if !bytes.Contains(python.KernelConfig(), []byte(`"`+python.ModuleName+`"`)) {
+		t.Errorf("KernelConfig does not load %s:\n%s", python.ModuleName, python.KernelConfig())
 	}
 }
 
-// TestTemplateCopies checks that the code-interpreter template installs exactly
-// this package's files (the template can only embed files below its own
-// directory, so it carries copies). With -update it rewrites the copies.
-func TestTemplateCopies(t *testing.T) {
-	want := map[string][]byte{kernelConfigDest: KernelConfig()}
+// TestTemplateInstallsPackage checks that the code-interpreter template installs
+// every file of the extension and the kernel configuration, from this package.
+func TestTemplateInstallsPackage(t *testing.T) {
+	def, ok := template.Builtin(templateName)
+	if !ok {
+		t.Fatalf("built-in template %s does not load", templateName)
+	}
+	want := map[string]string{kernelConfigDest: python.KernelConfigName}
 	for _, f := range moduleFiles(t) {
-		want[path.Join(sitePackages, f)], _ = fs.ReadFile(Files(), f)
+		want[path.Join(sitePackages, f)] = f
 	}
-	// Read the file map without validation: with -update the sources may not exist yet.
-	var def struct{ Files map[string]template.File }
-	data, err := os.ReadFile(filepath.Join(templateDir, template.DefinitionFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := yaml.Unmarshal(data, &def); err != nil {
-		t.Fatal(err)
-	}
-	for dest, content := range want {
+	for dest, src := range want {
 		f, ok := def.Files[dest]
-		if !ok || f.Source == "" {
-			t.Errorf("template %s does not install %s from a source file", templateName, dest)
-			continue
+		if !ok || f.Source != src {
+			t.Errorf("template %s installs %s from %q, want %q", templateName, dest, f.Source, src)
 		}
-		src := filepath.Join(templateDir, filepath.FromSlash(f.Source))
-		if *update {
-			if err := os.MkdirAll(filepath.Dir(src), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(src, content, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		got, err := os.ReadFile(src)
-		if err != nil || !bytes.Equal(got, content) {
-			t.Errorf("%s is out of date (err %v); run go test ./internal/interpreter/python -run TestTemplateCopies -update", src, err)
-		}
-	}
-	if _, err := template.LoadDefinition(templateDir); err != nil {
-		t.Errorf("template %s: %v", templateName, err)
 	}
 	for dest := range def.Files {
-		if strings.HasPrefix(dest, sitePackages+"/"+ModuleName+"/") && want[dest] == nil {
-			t.Errorf("template installs %s, which is not part of %s", dest, ModuleName)
+		if strings.HasPrefix(dest, sitePackages+"/"+python.ModuleName+"/") && want[dest] == "" {
+			t.Errorf("template installs %s, which is not part of %s", dest, python.ModuleName)
 		}
 	}
 }

@@ -44,7 +44,7 @@ def kernel(tmp_path_factory):
     home = tmp_path_factory.mktemp("kernel")
     profile = home / "ipython" / "profile_default"
     profile.mkdir(parents=True)
-    shutil.copy(os.path.join(PKG_ROOT, "config", "ipython_kernel_config.py"), profile)
+    shutil.copy(os.path.join(PKG_ROOT, "ipython_kernel_config.py"), profile)
     env = {k: v for k, v in os.environ.items() if k not in ("MPLBACKEND", "PYTHONSTARTUP")}
     env.update(IPYTHONDIR=str(home / "ipython"), PYTHONPATH=PKG_ROOT, MPLCONFIGDIR=str(home / "mpl"))
     km = jupyter_client.KernelManager(kernel_name="python3")
