@@ -21,7 +21,7 @@ generate:
 		--go_out=. --go_opt=module=github.com/cubby-dev/cubby \
 		--connect-go_out=. --connect-go_opt=module=github.com/cubby-dev/cubby \
 		filesystem/filesystem.proto process/process.proto
-	PATH="$$($(GO) env GOPATH)/bin:$$PATH" $(GO) generate ./internal/api/...
+	PATH="$$($(GO) env GOPATH)/bin:$$PATH" $(GO) generate ./internal/api/... ./sdk/internal/apiclient/...
 
 TEMPLATES ?= $(CURDIR)/.cache/templates
 export CUBBY_TEMPLATES_DIR := $(TEMPLATES)
@@ -32,15 +32,16 @@ test: deps-test vet test-unit test-integration test-compat
 deps-test:
 	scripts/install-deps.sh --test
 
-## templates: build the built-in templates the tests use into $(TEMPLATES) (cached; rebuilt only when their definition changes)
+## templates: build the built-in templates the tests use (base, code-interpreter) into $(TEMPLATES) (cached; rebuilt only when their definition changes)
 templates: build
 	$(BIN) template build base --templates-dir $(TEMPLATES)
+	$(BIN) template build code-interpreter --templates-dir $(TEMPLATES)
 
 test-unit:
-	$(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v /test/)
+	$(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v -e /test/ -e /sdk -e /examples/)
 
 test-integration: templates
-	CUBBY_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m ./test/integration/...
+	CUBBY_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m ./test/integration/... ./sdk/... ./examples/go/...
 
 test-compat: templates
 	CUBBY_COMPAT_SKIP_BUILD=1 test/compat/run.sh
@@ -51,6 +52,16 @@ quickstart:
 
 bench: build
 	CUBBY_BIN=$(CURDIR)/$(BIN) bench/run.sh
+
+## runsc: gVisor's runsc OCI runtime in bin/runsc, built from the pinned tools module tools/runsc (stripped; cached: rebuilt only when that module changes)
+RUNSC ?= bin/runsc
+.PHONY: runsc
+runsc: $(RUNSC)
+
+$(RUNSC): tools/runsc/go.mod tools/runsc/go.sum
+	cd tools/runsc && CGO_ENABLED=0 $(GO) build -trimpath -o $(abspath $(RUNSC)) \
+		-ldflags "-s -w -X gvisor.dev/gvisor/runsc/version.version=$$($(GO) list -m -f '{{.Version}}' gvisor.dev/gvisor)" \
+		gvisor.dev/gvisor/runsc
 
 fmt:
 	gofmt -l -w $$(git ls-files '*.go')

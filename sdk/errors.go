@@ -9,7 +9,7 @@ import (
 )
 
 // ErrNotFound matches (with errors.Is) every *NotFoundError: an unknown
-// sandbox, file, process or code context.
+// sandbox, file, process, code context or template.
 var ErrNotFound = errors.New("not found")
 
 // ErrSandboxKilled matches (with errors.Is) the *TimeoutError returned when
@@ -24,20 +24,22 @@ var ErrNotEnoughSpace = errors.New("not enough disk space in the sandbox")
 
 // Resource kinds reported by NotFoundError.Resource.
 const (
-	ResourceSandbox = "sandbox"
-	ResourceFile    = "file"
-	ResourceProcess = "process"
-	ResourceContext = "code context"
+	ResourceSandbox  = "sandbox"
+	ResourceFile     = "file"
+	ResourceProcess  = "process"
+	ResourceContext  = "code context"
+	ResourceTemplate = "template"
 )
 
 // NotFoundError reports an unknown sandbox, file, process or code context.
 // errors.Is(err, ErrNotFound) is true for it.
 type NotFoundError struct {
-	Resource string // ResourceSandbox, ResourceFile, ResourceProcess or ResourceContext
+	Resource string // ResourceSandbox, ResourceFile, ResourceProcess, ResourceContext or ResourceTemplate
 	ID       string // sandbox ID, path, pid or context ID
 	Message  string // the server's message, if any
 }
 
+// Error implements error; the message says what to do about it.
 func (e *NotFoundError) Error() string {
 	var hint string
 	switch e.Resource {
@@ -49,9 +51,11 @@ func (e *NotFoundError) Error() string {
 		hint = "the process has exited or the pid is wrong; list processes with Commands.List"
 	case ResourceContext:
 		hint = "create one with CreateCodeContext or list them with ListCodeContexts"
+	case ResourceTemplate:
+		hint = "check the template name or ID (`cubby template list` shows Cubby's)"
 	}
 	msg := fmt.Sprintf("%s %q not found", e.Resource, e.ID)
-	if e.Message != "" && !strings.Contains(msg, e.Message) {
+	if e.Message != "" && !strings.Contains(strings.ToLower(e.Message), "not found") {
 		msg += " (" + e.Message + ")"
 	}
 	if hint != "" {
@@ -69,6 +73,7 @@ type AuthenticationError struct {
 	Message string
 }
 
+// Error implements error; the message says what to do about it.
 func (e *AuthenticationError) Error() string {
 	return "authentication failed: " + e.Message
 }
@@ -81,12 +86,8 @@ type TimeoutError struct {
 	Err     error
 }
 
-func (e *TimeoutError) Error() string {
-	if e.Err != nil && !errors.Is(e.Err, ErrSandboxKilled) && !strings.Contains(e.Message, e.Err.Error()) {
-		return "timeout: " + e.Message + ": " + e.Err.Error()
-	}
-	return "timeout: " + e.Message
-}
+// Error implements error; the message says what to do about it.
+func (e *TimeoutError) Error() string { return "timeout: " + e.Message }
 
 // Unwrap returns the cause (context.DeadlineExceeded, ErrSandboxKilled, …).
 func (e *TimeoutError) Unwrap() error { return e.Err }
@@ -97,6 +98,7 @@ type InvalidArgumentError struct {
 	Message string
 }
 
+// Error implements error; the message says what to do about it.
 func (e *InvalidArgumentError) Error() string { return "invalid argument: " + e.Message }
 
 // RateLimitError reports HTTP 429 or Connect "resource_exhausted". RetryAfter
@@ -106,6 +108,7 @@ type RateLimitError struct {
 	RetryAfter time.Duration
 }
 
+// Error implements error; the message says what to do about it.
 func (e *RateLimitError) Error() string {
 	msg := "rate limit exceeded: " + e.Message
 	if e.RetryAfter > 0 {
@@ -127,6 +130,7 @@ type CommandExitError struct {
 	Message string
 }
 
+// Error implements error; the message says what to do about it.
 func (e *CommandExitError) Error() string {
 	msg := e.Message
 	if msg == "" {
@@ -143,6 +147,7 @@ type ConnectionError struct {
 	Err error
 }
 
+// Error implements error; the message says what to do about it.
 func (e *ConnectionError) Error() string {
 	return fmt.Sprintf("cannot reach %s: %v; check E2B_API_URL / E2B_SANDBOX_URL and that the server is running", e.URL, e.Err)
 }
@@ -158,6 +163,7 @@ type APIError struct {
 	Message    string
 }
 
+// Error implements error; the message says what to do about it.
 func (e *APIError) Error() string {
 	switch {
 	case e.Code != "":

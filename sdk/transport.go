@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -20,12 +21,39 @@ const maxRateLimitRetries = 3
 // package-level call) goes through, and a func releasing its idle connections
 // (a no-op for a caller-provided client).
 func (c *config) newHTTPClient() (*http.Client, func()) {
-	if c.httpClient != nil {
-		return c.httpClient, func() {}
+	hc, closeIdle := c.httpClient, func() {}
+	if hc == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = 16
+		hc, closeIdle = &http.Client{Transport: tr}, tr.CloseIdleConnections
 	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConnsPerHost = 16
-	return &http.Client{Transport: tr}, tr.CloseIdleConnections
+	if c.logger != nil {
+		hc = &http.Client{Transport: &logTransport{base: baseTransport(hc), log: c.logger}, CheckRedirect: hc.CheckRedirect, Jar: hc.Jar}
+	}
+	return hc, closeIdle
+}
+
+// logTransport logs each request's method, URL, status and time to response
+// headers at debug level. It never logs headers (they carry keys and tokens).
+type logTransport struct {
+	base http.RoundTripper
+	log  *slog.Logger
+}
+
+// RoundTrip forwards r and logs its outcome.
+func (t *logTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	start := time.Now()
+	resp, err := t.base.RoundTrip(r)
+	attrs := []any{"method", r.Method, "url", r.URL.Redacted(), "ms", time.Since(start).Milliseconds()}
+	if r.Header.Get("E2b-Sandbox-Id") != "" {
+		attrs = append(attrs, "sandbox", r.Header.Get("E2b-Sandbox-Id"), "port", r.Header.Get("E2b-Sandbox-Port"))
+	}
+	if err != nil {
+		t.log.Debug("e2b request failed", append(attrs, "err", err)...)
+	} else {
+		t.log.Debug("e2b request", append(attrs, "status", resp.StatusCode)...)
+	}
+	return resp, err
 }
 
 // requestContext bounds ctx by the request timeout (none when 0). The cause of
@@ -58,6 +86,7 @@ type headerTransport struct {
 	headers http.Header
 }
 
+// RoundTrip forwards a copy of r with the headers set.
 func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	for k, v := range t.headers {
@@ -91,6 +120,7 @@ type retryDoer struct {
 	hc *http.Client
 }
 
+// Do sends r, retrying after 429 responses as described on retryDoer.
 func (d retryDoer) Do(r *http.Request) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
 		resp, err := d.hc.Do(r)

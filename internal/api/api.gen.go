@@ -32,6 +32,27 @@ func (e SandboxLifecycleOnTimeout) Valid() bool {
 	}
 }
 
+// Defines values for SandboxPauseMode.
+const (
+	Checkpoint SandboxPauseMode = "checkpoint"
+	Filesystem SandboxPauseMode = "filesystem"
+	Memory     SandboxPauseMode = "memory"
+)
+
+// Valid indicates whether the value is a known member of the SandboxPauseMode enum.
+func (e SandboxPauseMode) Valid() bool {
+	switch e {
+	case Checkpoint:
+		return true
+	case Filesystem:
+		return true
+	case Memory:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SandboxState.
 const (
 	Paused  SandboxState = "paused"
@@ -108,15 +129,19 @@ type NewSandbox struct {
 	AllowInternetAccess *bool `json:"allow_internet_access,omitempty"`
 
 	// AutoPause Pause instead of kill at the deadline.
-	AutoPause       *bool                    `json:"autoPause,omitempty"`
-	AutoPauseMemory *bool                    `json:"autoPauseMemory,omitempty"`
-	AutoResume      *SandboxAutoResumeConfig `json:"autoResume,omitempty"`
-	EnvVars         *EnvVars                 `json:"envVars,omitempty"`
-	Iam             *map[string]interface{}  `json:"iam,omitempty"`
-	Lifecycle       *SandboxLifecycle        `json:"lifecycle,omitempty"`
-	Mcp             *map[string]interface{}  `json:"mcp,omitempty"`
-	Metadata        *SandboxMetadata         `json:"metadata,omitempty"`
-	Network         *SandboxNetworkConfig    `json:"network,omitempty"`
+	AutoPause *bool `json:"autoPause,omitempty"`
+
+	// AutoPauseMemory Keep memory when paused at the deadline (default true); false = filesystem-only pause.
+	AutoPauseMemory *bool `json:"autoPauseMemory,omitempty"`
+
+	// AutoResume When enabled, a request through the sandbox gateway to the paused sandbox resumes it (deadline now + 300 s, extended only) and is then proxied.
+	AutoResume *SandboxAutoResumeConfig `json:"autoResume,omitempty"`
+	EnvVars    *EnvVars                 `json:"envVars,omitempty"`
+	Iam        *map[string]interface{}  `json:"iam,omitempty"`
+	Lifecycle  *SandboxLifecycle        `json:"lifecycle,omitempty"`
+	Mcp        *map[string]interface{}  `json:"mcp,omitempty"`
+	Metadata   *SandboxMetadata         `json:"metadata,omitempty"`
+	Network    *SandboxNetworkConfig    `json:"network,omitempty"`
 
 	// Secure When true the sandbox is secured and envdAccessToken is returned.
 	Secure *bool `json:"secure,omitempty"`
@@ -134,15 +159,19 @@ type NewSandboxV2 struct {
 	AllowInternetAccess *bool `json:"allow_internet_access,omitempty"`
 
 	// AutoPause Pause instead of kill at the deadline.
-	AutoPause       *bool                    `json:"autoPause,omitempty"`
-	AutoPauseMemory *bool                    `json:"autoPauseMemory,omitempty"`
-	AutoResume      *SandboxAutoResumeConfig `json:"autoResume,omitempty"`
-	EnvVars         *EnvVars                 `json:"envVars,omitempty"`
-	Iam             *map[string]interface{}  `json:"iam,omitempty"`
-	Lifecycle       *SandboxLifecycle        `json:"lifecycle,omitempty"`
-	Mcp             *map[string]interface{}  `json:"mcp,omitempty"`
-	Metadata        *SandboxMetadata         `json:"metadata,omitempty"`
-	Network         *SandboxNetworkConfig    `json:"network,omitempty"`
+	AutoPause *bool `json:"autoPause,omitempty"`
+
+	// AutoPauseMemory Keep memory when paused at the deadline (default true); false = filesystem-only pause.
+	AutoPauseMemory *bool `json:"autoPauseMemory,omitempty"`
+
+	// AutoResume When enabled, a request through the sandbox gateway to the paused sandbox resumes it (deadline now + 300 s, extended only) and is then proxied.
+	AutoResume *SandboxAutoResumeConfig `json:"autoResume,omitempty"`
+	EnvVars    *EnvVars                 `json:"envVars,omitempty"`
+	Iam        *map[string]interface{}  `json:"iam,omitempty"`
+	Lifecycle  *SandboxLifecycle        `json:"lifecycle,omitempty"`
+	Mcp        *map[string]interface{}  `json:"mcp,omitempty"`
+	Metadata   *SandboxMetadata         `json:"metadata,omitempty"`
+	Network    *SandboxNetworkConfig    `json:"network,omitempty"`
 
 	// TemplateID Template ID or alias; default the server's default template.
 	TemplateID *string `json:"templateID,omitempty"`
@@ -154,6 +183,7 @@ type NewSandboxV2 struct {
 
 // PauseSandbox defines model for PauseSandbox.
 type PauseSandbox struct {
+	// Memory Keep the processes' memory (default true): freeze (runc) or checkpoint to disk (gVisor). false pauses to the filesystem only (processes are restarted on resume, files kept).
 	Memory *bool `json:"memory,omitempty"`
 }
 
@@ -169,7 +199,7 @@ type Sandbox struct {
 	TrafficAccessToken *string `json:"trafficAccessToken"`
 }
 
-// SandboxAutoResumeConfig defines model for SandboxAutoResumeConfig.
+// SandboxAutoResumeConfig When enabled, a request through the sandbox gateway to the paused sandbox resumes it (deadline now + 300 s, extended only) and is then proxied.
 type SandboxAutoResumeConfig struct {
 	Enabled bool `json:"enabled"`
 }
@@ -189,11 +219,14 @@ type SandboxDetail struct {
 	MemoryMB            int32                 `json:"memoryMB"`
 	Metadata            *SandboxMetadata      `json:"metadata,omitempty"`
 	Network             *SandboxNetworkConfig `json:"network,omitempty"`
-	SandboxID           string                `json:"sandboxID"`
-	StartedAt           time.Time             `json:"startedAt"`
-	State               SandboxState          `json:"state"`
-	TemplateID          string                `json:"templateID"`
-	VolumeMounts        *[]SandboxVolumeMount `json:"volumeMounts,omitempty"`
+
+	// PauseMode Cubby extension (absent while running; SDKs ignore it): what a paused sandbox kept. "memory" = processes frozen in RAM (runc cgroup freezer); "checkpoint" = processes and memory saved to disk, RAM freed, resume restores them (gVisor); "filesystem" = processes stopped, RAM freed, disk and address kept, resume starts the sandbox again with its files but without its processes (pause body {"memory": false}).
+	PauseMode    *SandboxPauseMode     `json:"pauseMode,omitempty"`
+	SandboxID    string                `json:"sandboxID"`
+	StartedAt    time.Time             `json:"startedAt"`
+	State        SandboxState          `json:"state"`
+	TemplateID   string                `json:"templateID"`
+	VolumeMounts *[]SandboxVolumeMount `json:"volumeMounts,omitempty"`
 }
 
 // SandboxEgressProxy defines model for SandboxEgressProxy.
@@ -260,6 +293,9 @@ type SandboxNetworkRule struct {
 type SandboxNetworkTransform struct {
 	Headers *map[string]string `json:"headers,omitempty"`
 }
+
+// SandboxPauseMode Cubby extension (absent while running; SDKs ignore it): what a paused sandbox kept. "memory" = processes frozen in RAM (runc cgroup freezer); "checkpoint" = processes and memory saved to disk, RAM freed, resume restores them (gVisor); "filesystem" = processes stopped, RAM freed, disk and address kept, resume starts the sandbox again with its files but without its processes (pause body {"memory": false}).
+type SandboxPauseMode string
 
 // SandboxState defines model for SandboxState.
 type SandboxState string
@@ -384,7 +420,7 @@ type ServerInterface interface {
 	// GetSandboxMetrics Resource samples of a sandbox within [start, end] (unix seconds).
 	// (GET /sandboxes/{sandboxID}/metrics)
 	GetSandboxMetrics(w http.ResponseWriter, r *http.Request, sandboxID SandboxID, params GetSandboxMetricsParams)
-	// PauseSandbox Pause (freeze) a running sandbox.
+	// PauseSandbox Pause a running sandbox.
 	// (POST /sandboxes/{sandboxID}/pause)
 	PauseSandbox(w http.ResponseWriter, r *http.Request, sandboxID SandboxID)
 	// SetSandboxTimeout Replace the sandbox deadline with now + timeout seconds.

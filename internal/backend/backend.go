@@ -16,6 +16,12 @@ import (
 // ErrNotFound is returned for a sandbox the backend does not run.
 var ErrNotFound = errors.New("sandbox not found in backend")
 
+// ErrPaused is returned by Pause for a sandbox that is already paused.
+var ErrPaused = errors.New("sandbox is paused")
+
+// ErrNotPaused is returned by Resume for a sandbox that is running.
+var ErrNotPaused = errors.New("sandbox is not paused")
+
 // ErrNotSupported is returned for an operation the backend or its runtime cannot do.
 var ErrNotSupported = errors.New("not supported by this backend")
 
@@ -35,13 +41,41 @@ type CreateRequest struct {
 	Init agentapi.InitRequest
 }
 
+// PauseMode says what a paused sandbox kept (reported by getInfo as `pauseMode`).
+type PauseMode string
+
+// Pause modes. The backend picks one from the sandbox's runtime and the pause
+// request's `memory` flag (E2B wire §2.3 pause body).
+const (
+	// PauseMemory: the processes are frozen (cgroup freezer) and stay in RAM;
+	// resume thaws them. Chosen for runtimes without checkpoint when memory is kept.
+	PauseMemory PauseMode = "memory"
+	// PauseFilesystem: the container is stopped and its memory freed; the disk and
+	// the network address are kept. Resume starts the sandbox again: files are
+	// intact, processes (and in-memory state) are not. Chosen for memory=false.
+	PauseFilesystem PauseMode = "filesystem"
+	// PauseCheckpoint: memory and processes are saved to disk (the runtime's
+	// checkpoint), the container is stopped and its memory freed; resume restores
+	// the processes with their memory. Chosen for runtimes implementing
+	// runtime.Checkpointer (gVisor) when memory is kept.
+	PauseCheckpoint PauseMode = "checkpoint"
+)
+
 // Instance is a running (or paused) sandbox as the backend knows it.
 type Instance struct {
 	SandboxID string
 	Addr      netip.Addr // address the host reaches the sandbox's ports on
 	Runtime   string
 	Paused    bool
+	PauseMode PauseMode // "" while running
 	StartedAt time.Time
+}
+
+// PauseOptions are the options of Backend.Pause.
+type PauseOptions struct {
+	// KeepMemory asks for the processes' memory to survive the pause (E2B's pause
+	// body `memory`, default true). False selects PauseFilesystem.
+	KeepMemory bool
 }
 
 // Stats is one sample of a sandbox's resource use read from its cgroup and disk.
@@ -64,17 +98,24 @@ type Backend interface {
 	Create(ctx context.Context, req CreateRequest) (Instance, error)
 	// Kill stops the sandbox and frees every resource it held. Unknown IDs return nil.
 	Kill(ctx context.Context, id string) error
-	// Pause freezes a running sandbox, or returns ErrNotSupported.
-	Pause(ctx context.Context, id string) error
-	// Resume thaws a paused sandbox, or returns ErrNotSupported.
-	Resume(ctx context.Context, id string) error
+	// Pause pauses a running sandbox in the mode chosen from its runtime and opts
+	// and returns that mode. On error the sandbox keeps running as before. Errors:
+	// ErrNotFound, ErrPaused (already paused), ErrNotSupported.
+	Pause(ctx context.Context, id string, opts PauseOptions) (PauseMode, error)
+	// Resume brings a paused sandbox back (thaw, restore or restart, per its pause
+	// mode) and returns the running instance. Errors: ErrNotFound, ErrNotPaused,
+	// ErrNotSupported; after a failed resume the sandbox is still paused.
+	Resume(ctx context.Context, id string) (Instance, error)
 	// Lookup returns the instance for id or ErrNotFound.
 	Lookup(ctx context.Context, id string) (Instance, error)
-	// Stats samples the sandbox's cgroup and disk usage.
+	// Stats samples the sandbox's cgroup and disk usage. A sandbox paused in
+	// PauseFilesystem or PauseCheckpoint mode has no cgroup: ErrPaused.
 	Stats(ctx context.Context, id string) (Stats, error)
 	// Recover re-adopts sandboxes that survived a restart of the server. It is given
-	// the IDs the store believes are alive and returns those really running; every
-	// other resource the backend finds (containers, mounts, netns) is cleaned up.
+	// the IDs the store believes are alive and returns those really alive, running
+	// or paused in any mode (a sandbox paused to disk has no container but is
+	// alive); every other resource the backend finds (containers, mounts, netns,
+	// cgroups) is cleaned up.
 	Recover(ctx context.Context, known []string) ([]Instance, error)
 	// Close releases host-wide resources held by the backend (not the sandboxes).
 	Close() error

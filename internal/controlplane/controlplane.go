@@ -259,7 +259,7 @@ func (s *Service) adopt(ctx context.Context, r store.Sandbox, in backend.Instanc
 			return nil, err
 		}
 	}
-	sb := newSandbox(r, in.Addr, !in.Paused, s.ringSize)
+	sb := newSandbox(r, in, s.ringSize)
 	s.register(sb)
 	return sb, nil
 }

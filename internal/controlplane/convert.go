@@ -5,6 +5,7 @@ import (
 
 	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/api"
+	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/store"
 )
 
@@ -36,14 +37,15 @@ func (s *Service) sandboxView(r store.Sandbox) api.Sandbox {
 	}
 }
 
-// detailView is the SandboxDetail body of GET /sandboxes/{id}.
-func (s *Service) detailView(r store.Sandbox) api.SandboxDetail {
+// detailView is the SandboxDetail body of GET /sandboxes/{id}; pauseMode is the
+// Cubby extension field, omitted when empty (running).
+func (s *Service) detailView(r store.Sandbox, pauseMode backend.PauseMode) api.SandboxDetail {
 	meta := api.SandboxMetadata(r.Metadata)
 	life := api.SandboxLifecycle{OnTimeout: api.SandboxLifecycleOnTimeout(r.Lifecycle.OnTimeout), AutoResume: r.Lifecycle.AutoResume}
 	if life.OnTimeout == "" {
 		life.OnTimeout = api.Kill
 	}
-	return api.SandboxDetail{
+	d := api.SandboxDetail{
 		SandboxID: r.ID, TemplateID: r.TemplateID, Alias: optString(r.TemplateAlias),
 		ClientID: clientID, EnvdVersion: agentapi.EnvdVersion, EnvdAccessToken: optString(r.AccessToken),
 		Domain: s.domain(), StartedAt: r.StartedAt.UTC(), EndAt: r.EndAt.UTC(),
@@ -51,6 +53,11 @@ func (s *Service) detailView(r store.Sandbox) api.SandboxDetail {
 		State: api.SandboxState(r.State), Metadata: &meta, AllowInternetAccess: r.AllowInternetAccess,
 		Network: networkView(r.Network), Lifecycle: &life,
 	}
+	if r.State == store.StatePaused && pauseMode != "" {
+		pm := api.SandboxPauseMode(pauseMode)
+		d.PauseMode = &pm
+	}
+	return d
 }
 
 // networkView decodes the stored network config, dropping the egress proxy password.

@@ -117,7 +117,8 @@ func envVars(m *api.EnvVars) (map[string]string, error) {
 }
 
 // lifecycle derives the stored lifecycle from lifecycle, autoPause, autoPauseMemory
-// and autoResume (autoPause=true and autoResume.enabled override lifecycle).
+// (default true) and autoResume (autoPause=true and autoResume.enabled override
+// lifecycle).
 func lifecycle(b api.NewSandboxV2) (store.Lifecycle, error) {
 	l := store.Lifecycle{OnTimeout: string(api.Kill)}
 	if b.Lifecycle != nil {
@@ -132,9 +133,8 @@ func lifecycle(b api.NewSandboxV2) (store.Lifecycle, error) {
 	if b.AutoPause != nil && *b.AutoPause {
 		l.OnTimeout = string(api.Pause)
 	}
-	if b.AutoPauseMemory != nil {
-		l.AutoPauseMemory = *b.AutoPauseMemory
-	}
+	// Memory is kept at an automatic pause unless the client opts out.
+	l.AutoPauseMemory = b.AutoPauseMemory == nil || *b.AutoPauseMemory
 	if b.AutoResume != nil && b.AutoResume.Enabled {
 		l.AutoResume = true
 	}
@@ -185,7 +185,7 @@ func (s *Service) create(ctx context.Context, sp createSpec) (store.Sandbox, err
 		s.failCreate(bctx, rec.ID, err)
 		return store.Sandbox{}, fmt.Errorf("record sandbox start: %w", err)
 	}
-	sb := newSandbox(rec, in.Addr, true, s.ringSize)
+	sb := newSandbox(rec, in, s.ringSize)
 	s.register(sb)
 	s.sampleOne(bctx, sb)
 	s.log.Info("sandbox created", "sandbox", rec.ID, "template", ref.ID, "ttl", sp.ttl)

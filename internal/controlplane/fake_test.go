@@ -25,6 +25,10 @@ type fakeBackend struct {
 	creates   []backend.CreateRequest
 	createErr error // returned by Create when set
 	noPause   bool  // Pause/Resume return ErrNotSupported
+	pauseErr  func(backend.PauseOptions) error // when set and non-nil, Pause fails with it (sandbox keeps running)
+	resumeErr error // returned by Resume when set (sandbox stays paused)
+	pauses    []backend.PauseOptions
+	resumes   int // successful Resume calls
 	nextIP    int
 }
 
@@ -55,22 +59,59 @@ func (f *fakeBackend) Kill(_ context.Context, id string) error {
 	return nil
 }
 
-func (f *fakeBackend) setPaused(id string, paused bool) error {
+// Pause records opts and reports the mode a runc backend would choose:
+// memory when kept, filesystem otherwise.
+func (f *fakeBackend) Pause(_ context.Context, id string, opts backend.PauseOptions) (backend.PauseMode, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pauses = append(f.pauses, opts)
+	if f.noPause {
+		return "", backend.ErrNotSupported
+	}
+	in, ok := f.instances[id]
+	switch {
+	case !ok:
+		return "", backend.ErrNotFound
+	case in.Paused:
+		return "", backend.ErrPaused
+	}
+	if f.pauseErr != nil {
+		if err := f.pauseErr(opts); err != nil {
+			return "", err
+		}
+	}
+	in.Paused, in.PauseMode = true, backend.PauseMemory
+	if !opts.KeepMemory {
+		in.PauseMode = backend.PauseFilesystem
+	}
+	return in.PauseMode, nil
+}
+
+func (f *fakeBackend) Resume(_ context.Context, id string) (backend.Instance, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.noPause {
-		return backend.ErrNotSupported
+		return backend.Instance{}, backend.ErrNotSupported
 	}
 	in, ok := f.instances[id]
-	if !ok {
-		return backend.ErrNotFound
+	switch {
+	case !ok:
+		return backend.Instance{}, backend.ErrNotFound
+	case !in.Paused:
+		return backend.Instance{}, backend.ErrNotPaused
+	case f.resumeErr != nil:
+		return backend.Instance{}, f.resumeErr
 	}
-	in.Paused = paused
-	return nil
+	in.Paused, in.PauseMode = false, ""
+	f.resumes++
+	return *in, nil
 }
 
-func (f *fakeBackend) Pause(_ context.Context, id string) error  { return f.setPaused(id, true) }
-func (f *fakeBackend) Resume(_ context.Context, id string) error { return f.setPaused(id, false) }
+func (f *fakeBackend) lastPause() backend.PauseOptions {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pauses[len(f.pauses)-1]
+}
 
 func (f *fakeBackend) Lookup(_ context.Context, id string) (backend.Instance, error) {
 	f.mu.Lock()

@@ -274,7 +274,7 @@ func (h httpAPI) GetSandbox(w http.ResponseWriter, r *http.Request, id api.Sandb
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, h.s.detailView(rec))
+	writeJSON(w, http.StatusOK, h.s.detailView(rec, h.s.pauseModeOf(id)))
 }
 
 // KillSandbox implements DELETE /sandboxes/{id} (204; 404 when killed or unknown).
@@ -363,7 +363,8 @@ func (h httpAPI) connect(w http.ResponseWriter, r *http.Request, id string) {
 }
 
 // PauseSandbox implements POST /sandboxes/{id}/pause (204; 409 already paused;
-// 501 when the backend cannot pause).
+// 501 when the backend cannot pause). Body `{"memory"?: bool}`: memory kept
+// unless false (see backend.PauseMode for what each runtime does).
 func (h httpAPI) PauseSandbox(w http.ResponseWriter, r *http.Request, id api.SandboxID) {
 	if !h.ready(w) {
 		return
@@ -373,7 +374,8 @@ func (h httpAPI) PauseSandbox(w http.ResponseWriter, r *http.Request, id api.San
 		h.fail(w, r, err)
 		return
 	}
-	if err := h.s.pause(r.Context(), id); err != nil {
+	keepMemory := b.Memory == nil || *b.Memory
+	if err := h.s.pause(r.Context(), id, keepMemory); err != nil {
 		h.fail(w, r, err)
 		return
 	}

@@ -9,6 +9,7 @@ import (
 type Route struct {
 	Addr         netip.Addr // host-reachable address of the sandbox
 	Running      bool       // false while paused: the gateway answers 502 (E2B wire §1.3)
+	AutoResume   bool       // lifecycle.autoResume: traffic to the paused sandbox resumes it (see Wake)
 	AccessToken  string     // envd X-Access-Token; "" for unsecured sandboxes
 	TrafficToken string     // E2B-Traffic-Access-Token required on non-envd ports; "" = public
 }

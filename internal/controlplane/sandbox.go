@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"sync"
 	"time"
 
@@ -26,22 +25,36 @@ type sandbox struct {
 	op      sync.Mutex // serialises lifecycle operations on this sandbox
 	metrics *ring
 
+	// Set at creation.
+	onTimeout       string // "kill" or "pause"
+	autoPauseMemory bool   // keep memory when paused at the deadline
+
 	// Guarded by Service.mu.
 	gone      bool // killed or lost; no longer in Service.live
 	route     Route
 	endAt     time.Time
-	onTimeout string // "kill" or "pause"
+	pauseMode backend.PauseMode // "" while running
 	timer     *time.Timer
 }
 
-func newSandbox(r store.Sandbox, addr netip.Addr, running bool, ringSize int) *sandbox {
-	return &sandbox{
-		id:        r.ID,
-		metrics:   newRing(ringSize),
-		route:     Route{Addr: addr, Running: running, AccessToken: r.AccessToken, TrafficToken: r.TrafficToken},
-		endAt:     r.EndAt,
-		onTimeout: r.Lifecycle.OnTimeout,
+// newSandbox builds the in-memory state of record r as the backend reports it.
+func newSandbox(r store.Sandbox, in backend.Instance, ringSize int) *sandbox {
+	sb := &sandbox{
+		id:      r.ID,
+		metrics: newRing(ringSize),
+		route: Route{Addr: in.Addr, Running: !in.Paused, AutoResume: r.Lifecycle.AutoResume,
+			AccessToken: r.AccessToken, TrafficToken: r.TrafficToken},
+		endAt:           r.EndAt,
+		onTimeout:       r.Lifecycle.OnTimeout,
+		autoPauseMemory: r.Lifecycle.AutoPauseMemory,
 	}
+	if in.Paused {
+		sb.pauseMode = in.PauseMode
+		if sb.pauseMode == "" {
+			sb.pauseMode = backend.PauseMemory
+		}
+	}
+	return sb
 }
 
 // running reports whether the sandbox is live and not paused.
@@ -55,6 +68,16 @@ func (s *Service) register(sb *sandbox) {
 	if sb.route.Running {
 		s.armLocked(sb)
 	}
+}
+
+// pauseModeOf returns the pause mode of a live paused sandbox, "" otherwise.
+func (s *Service) pauseModeOf(id string) backend.PauseMode {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if sb, ok := s.live[id]; ok && !sb.route.Running {
+		return sb.pauseMode
+	}
+	return ""
 }
 
 // lookup returns the live sandbox with this ID or nil.
@@ -147,50 +170,74 @@ func (s *Service) loseLocked(ctx context.Context, sb *sandbox) {
 	s.log.Warn("sandbox vanished from the backend", "sandbox", sb.id)
 }
 
-// pause freezes a running sandbox: 409 when already paused, 404 when unknown,
-// an error wrapping backend.ErrNotSupported when the backend cannot pause.
-func (s *Service) pause(ctx context.Context, id string) error {
+// lifecycleTimeout bounds one pause or resume in the backend.
+const lifecycleTimeout = 2 * time.Minute
+
+// detach returns a context for backend lifecycle work that a client going away
+// does not cancel halfway (a half-done pause or resume only costs an undo).
+func detach(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), lifecycleTimeout)
+}
+
+// pause pauses a running sandbox (keepMemory: E2B's pause body `memory`, default
+// true): 409 when already paused, 404 when unknown or killed, an error wrapping
+// backend.ErrNotSupported when the backend cannot pause. The TTL stops while the
+// sandbox is paused (E2B semantics: paused sandboxes do not time out).
+func (s *Service) pause(ctx context.Context, id string, keepMemory bool) error {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	sb, err := s.acquire(id)
 	if err != nil {
 		return err
 	}
 	defer sb.op.Unlock()
-	return s.pauseLocked(ctx, sb)
+	return s.pauseLocked(ctx, sb, keepMemory)
 }
 
-// pauseLocked pauses sb; the caller holds sb.op.
-func (s *Service) pauseLocked(ctx context.Context, sb *sandbox) error {
+func alreadyPaused(id string) error {
+	return &httpError{status: 409, msg: fmt.Sprintf("sandbox '%s' is already paused", id)}
+}
+
+// pauseLocked pauses sb; the caller holds sb.op. On a backend failure the sandbox
+// keeps running (the backend guarantees it) and its TTL stays armed.
+func (s *Service) pauseLocked(ctx context.Context, sb *sandbox, keepMemory bool) error {
 	s.mu.RLock()
 	running := sb.running()
 	s.mu.RUnlock()
 	if !running {
-		return &httpError{status: 409, msg: fmt.Sprintf("sandbox '%s' is already paused", sb.id)}
+		return alreadyPaused(sb.id)
 	}
-	if err := s.backend.Pause(ctx, sb.id); err != nil {
-		if errors.Is(err, backend.ErrNotFound) {
-			s.loseLocked(ctx, sb)
-			return sandboxNotFound(sb.id)
-		}
+	mode, err := s.backend.Pause(ctx, sb.id, backend.PauseOptions{KeepMemory: keepMemory})
+	switch {
+	case errors.Is(err, backend.ErrNotFound):
+		s.loseLocked(ctx, sb)
+		return sandboxNotFound(sb.id)
+	case errors.Is(err, backend.ErrPaused):
+		return alreadyPaused(sb.id)
+	case err != nil:
 		return fmt.Errorf("pause sandbox %s: %w", sb.id, err)
 	}
-	if err := s.store.MarkPaused(ctx, sb.id); err != nil {
-		return fmt.Errorf("record pause of %s: %w", sb.id, err)
-	}
+	// Cut routes and connections first: the sandbox side answers 502 from now on.
 	s.mu.Lock()
-	sb.route.Running = false
+	sb.route.Running, sb.pauseMode = false, mode
 	if sb.timer != nil {
 		sb.timer.Stop()
 		sb.timer = nil
 	}
 	s.mu.Unlock()
 	s.notifyKill(sb.id)
-	s.log.Info("sandbox paused", "sandbox", sb.id)
+	if err := s.store.MarkPaused(ctx, sb.id); err != nil {
+		return fmt.Errorf("record pause of %s: %w", sb.id, err)
+	}
+	s.log.Info("sandbox paused", "sandbox", sb.id, "mode", mode)
 	return nil
 }
 
 // connect extends a running sandbox's deadline to now+ttl when that is later
 // (resumed=false), or resumes a paused one with deadline now+ttl (resumed=true).
 func (s *Service) connect(ctx context.Context, id string, ttl time.Duration) (resumed bool, err error) {
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	sb, err := s.acquire(id)
 	if err != nil {
 		return false, err
@@ -209,30 +256,61 @@ func (s *Service) connect(ctx context.Context, id string, ttl time.Duration) (re
 	return true, s.resumeLocked(ctx, sb, deadline)
 }
 
-// resumeLocked thaws a paused sandbox with a new deadline; the caller holds sb.op.
+// resumeLocked brings a paused sandbox back with a new deadline; the caller holds
+// sb.op. On a backend failure the sandbox stays paused.
 func (s *Service) resumeLocked(ctx context.Context, sb *sandbox, deadline time.Time) error {
-	if err := s.backend.Resume(ctx, sb.id); err != nil {
+	in, err := s.backend.Resume(ctx, sb.id)
+	if err != nil {
 		if errors.Is(err, backend.ErrNotFound) {
 			s.loseLocked(ctx, sb)
 			return sandboxNotFound(sb.id)
 		}
-		return fmt.Errorf("resume sandbox %s: %w", sb.id, err)
+		if !errors.Is(err, backend.ErrNotPaused) {
+			return fmt.Errorf("resume sandbox %s: %w", sb.id, err)
+		}
+		// Running already (e.g. the backend re-adopted it running): just route it.
+		if in, err = s.backend.Lookup(ctx, sb.id); err != nil {
+			return fmt.Errorf("resume sandbox %s: %w", sb.id, err)
+		}
 	}
 	s.mu.RLock()
 	addr := sb.route.Addr
 	s.mu.RUnlock()
-	if in, err := s.backend.Lookup(ctx, sb.id); err == nil && in.Addr.IsValid() {
+	if in.Addr.IsValid() {
 		addr = in.Addr
 	}
 	if err := s.store.MarkResumed(ctx, sb.id, addr, deadline); err != nil {
 		return fmt.Errorf("record resume of %s: %w", sb.id, err)
 	}
 	s.mu.Lock()
-	sb.route.Running, sb.route.Addr, sb.endAt = true, addr, deadline
+	sb.route.Running, sb.route.Addr, sb.endAt, sb.pauseMode = true, addr, deadline, ""
 	s.armLocked(sb)
 	s.mu.Unlock()
 	s.log.Info("sandbox resumed", "sandbox", sb.id)
 	return nil
+}
+
+// Wake resumes a paused sandbox whose lifecycle has autoResume, for the gateway
+// (traffic to a paused sandbox resumes it): the deadline becomes now + 300 s when
+// that is later (as connect). It returns the sandbox's route afterwards; ok is
+// false for unknown, killed, or paused sandboxes without autoResume. A running
+// sandbox is returned as is. err reports a failed resume (the sandbox stays paused).
+func (s *Service) Wake(ctx context.Context, id string) (route Route, ok bool, err error) {
+	r, found := s.Route(id)
+	if !found || (!r.Running && !r.AutoResume) {
+		return Route{}, false, nil
+	}
+	if !r.Running {
+		if _, err := s.connect(ctx, id, defaultConnectTimeout); err != nil {
+			var he *httpError
+			if errors.As(err, &he) && he.status == 404 {
+				return Route{}, false, nil
+			}
+			return Route{}, false, err
+		}
+	}
+	r, found = s.Route(id)
+	return r, found && r.Running, nil
 }
 
 // setTimeout replaces a running sandbox's deadline with now+ttl (it may shorten

@@ -26,7 +26,8 @@ func (s *Service) armLocked(sb *sandbox) {
 }
 
 // expire kills sb (or pauses it when its lifecycle says onTimeout=pause and the
-// backend supports pausing) if it is still running and past its deadline.
+// backend supports pausing; see pauseAtDeadline) if it is still running and past
+// its deadline.
 func (s *Service) expire(sb *sandbox) {
 	if !s.enter() {
 		return
@@ -36,20 +37,15 @@ func (s *Service) expire(sb *sandbox) {
 	defer sb.op.Unlock()
 	s.mu.RLock()
 	due := sb.running() && !time.Now().Before(sb.endAt)
-	onTimeout := sb.onTimeout
 	s.mu.RUnlock()
 	if !due {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.bg), expireTimeout)
 	defer cancel()
-	if onTimeout == "pause" {
-		err := s.pauseLocked(ctx, sb)
-		if err == nil {
+	if sb.onTimeout == "pause" {
+		if s.pauseAtDeadline(ctx, sb) {
 			return
-		}
-		if !errors.Is(err, backend.ErrNotSupported) {
-			s.log.Error("pause at deadline failed; killing", "sandbox", sb.id, "err", err)
 		}
 		s.mu.RLock()
 		gone := sb.gone
@@ -62,6 +58,33 @@ func (s *Service) expire(sb *sandbox) {
 		s.log.Error("kill at deadline failed", "sandbox", sb.id, "err", err)
 		s.retryLater(sb)
 	}
+}
+
+// pauseAtDeadline pauses sb for lifecycle onTimeout=pause and reports whether the
+// expiry is handled: paused, or a failed pause re-armed to retry (an automatic
+// pause never turns into a kill that would lose the sandbox's files). A pause that
+// keeps memory and fails falls back to a filesystem pause. false means the backend
+// cannot pause at all, so the sandbox is killed as usual.
+func (s *Service) pauseAtDeadline(ctx context.Context, sb *sandbox) bool {
+	err := s.pauseLocked(ctx, sb, sb.autoPauseMemory)
+	if err != nil && sb.autoPauseMemory && !errors.Is(err, backend.ErrNotSupported) {
+		s.log.Error("pause at deadline failed; trying a filesystem pause", "sandbox", sb.id, "err", err)
+		err = s.pauseLocked(ctx, sb, false)
+	}
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, backend.ErrNotSupported):
+		return false
+	}
+	s.mu.RLock()
+	gone := sb.gone
+	s.mu.RUnlock()
+	if !gone {
+		s.log.Error("pause at deadline failed; retrying", "sandbox", sb.id, "err", err)
+		s.retryLater(sb)
+	}
+	return true
 }
 
 // retryLater re-arms a failed expiry a second from now.

@@ -121,7 +121,8 @@ func (g *Gateway) Handler(api http.Handler) http.Handler {
 // ServeHTTP proxies a sandbox-side request to the sandbox. Answers (JSON bodies):
 // 400 {"code":400,"message"} when the request cannot be routed (see Match);
 // 502 {"sandboxId","message":"The sandbox was not found","code":502} for an unknown,
-// paused or unreachable sandbox; 403 {"code":403,"message"} for a missing or wrong
+// paused or unreachable sandbox (a paused one is first resumed when the Resolver
+// is a Waker that allows it; see Waker); 403 {"code":403,"message"} for a missing or wrong
 // traffic token on a non-envd port. The upstream hop is HTTP/1.1, streamed both ways.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	route, ok, err := g.Match(r)
@@ -139,6 +140,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // registered under the sandbox, so CloseSandbox can cut it.
 func (g *Gateway) serveRoute(w http.ResponseWriter, r *http.Request, route Route) {
 	t, ok := g.lookup(route.SandboxID)
+	if !ok {
+		t, ok = g.wake(r.Context(), route.SandboxID)
+	}
 	if !ok {
 		writeNotFound(w, route.SandboxID)
 		return

@@ -119,8 +119,10 @@ func havePython(t testing.TB) {
 // httptest and closes both at the end of the test.
 func newService(t testing.TB, mod func(*Config)) (*Service, string) {
 	t.Helper()
+	// A bare fork server keeps the suite fast; tests of the preloaded data
+	// stack set ZygotePreload back to nil (the default).
 	cfg := Config{DefaultLanguages: []string{LangPython}, Workdir: t.TempDir(), RuntimeDir: t.TempDir(),
-		InterruptGrace: 10 * time.Second}
+		InterruptGrace: 10 * time.Second, ZygotePreload: []string{}}
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -57,41 +56,39 @@ func lookPath(name string, env []string) (string, error) {
 	return "", fmt.Errorf("%s: executable not found in PATH %q", name, path)
 }
 
-// exec starts the kernel process in its own process group.
-func (in *instance) exec(spec *KernelSpec, o *Options, connFile string) error {
-	argv := append(spec.argv(connFile), o.ExtraArgs...)
-	env := kernelEnv(o.Env, spec.Env)
-	bin, err := lookPath(argv[0], env)
-	if err != nil {
-		return err
-	}
+// start launches the kernel process (with launcher, or exec when nil) and
+// watches it.
+func (in *instance) start(ctx context.Context, launcher Launcher, spec *KernelSpec, o *Options, connFile string) error {
 	w, startCopy, err := openLogSink(o.LogPath, o.LogMaxBytes)
 	if err != nil {
 		return err
 	}
+	defer startCopy() // closes the log reader side once every writer is gone
 	defer w.Close()
-	cmd := exec.Command(bin, argv[1:]...)
-	cmd.Args[0] = argv[0]
-	cmd.Dir, cmd.Env = o.Dir, env
-	cmd.Stdout, cmd.Stderr = w, w
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: o.Credential}
-	if err := cmd.Start(); err != nil {
-		startCopy() // closes the log reader side once w is closed
-		return fmt.Errorf("exec %s: %w", argv[0], err)
+	req := LaunchRequest{Spec: spec, Argv: append(spec.argv(connFile), o.ExtraArgs...), ConnectionFile: connFile,
+		Dir: o.Dir, Env: kernelEnv(o.Env, spec.Env), Credential: o.Credential, Output: w}
+	var p Process
+	if launcher != nil {
+		p, err = launcher.Launch(ctx, req)
+	} else {
+		p, err = execLaunch(req)
 	}
-	startCopy()
-	in.pid = cmd.Process.Pid
-	go in.wait(cmd)
+	if err != nil {
+		return err
+	}
+	in.pid = p.Pid()
+	go in.watch(p)
 	return nil
 }
 
-// wait reaps the process, records why it ended and kills leftover children.
-func (in *instance) wait(cmd *exec.Cmd) {
-	err := cmd.Wait()
+// watch waits for the process to exit, records why it ended and kills leftover
+// members of its process group.
+func (in *instance) watch(p Process) {
+	<-p.Done()
 	in.mu.Lock()
 	if in.reason == nil {
 		status := "exited"
-		if err != nil {
+		if err := p.Err(); err != nil {
 			status = err.Error()
 		}
 		in.reason = fmt.Errorf("%w (%s)", ErrKernelDied, status)

@@ -54,6 +54,11 @@ type Options struct {
 	Transport Transport
 	// Dialer connects sockets (default ZMQDialer).
 	Dialer Dialer
+	// Launcher starts kernel processes (nil = exec the kernelspec argv). When
+	// it fails, or its kernel exits or fails the handshake before it is ready
+	// (and ctx has not ended), the kernel is started by exec instead and the
+	// failure is logged.
+	Launcher Launcher
 	// InterruptGrace bounds the wait for an interrupted execution to end
 	// before the kernel is killed (default 3 s).
 	InterruptGrace time.Duration
@@ -297,9 +302,23 @@ func (k *Kernel) instanceForExec(ctx context.Context) (*instance, error) {
 	return k.cur, nil
 }
 
-// launch starts a process and connects to it; on error everything is undone.
+// launch starts a kernel process with Options.Launcher (falling back to exec)
+// and connects to it; on error everything is undone.
 func (k *Kernel) launch(ctx context.Context) (*instance, error) {
-	in, err := k.spawn()
+	if k.opts.Launcher == nil {
+		return k.launchWith(ctx, nil)
+	}
+	in, err := k.launchWith(ctx, k.opts.Launcher)
+	if err == nil || ctx.Err() != nil {
+		return in, err
+	}
+	k.log.Warn("kernel launcher failed; starting the kernel by exec", "err", err)
+	return k.launchWith(ctx, nil)
+}
+
+// launchWith starts a process (launcher nil = exec), connects and handshakes.
+func (k *Kernel) launchWith(ctx context.Context, launcher Launcher) (*instance, error) {
+	in, err := k.spawn(ctx, launcher)
 	if err != nil {
 		return nil, fmt.Errorf("start kernel %s: %w", k.spec.Name, err)
 	}
@@ -317,12 +336,12 @@ func (k *Kernel) launch(ctx context.Context) (*instance, error) {
 	}
 	in.info = info
 	k.log.Debug("kernel ready", "pid", in.pid, "implementation", info.Implementation,
-		"language", info.LanguageInfo.Name)
+		"language", info.LanguageInfo.Name, "launcher", launcher != nil)
 	return in, nil
 }
 
 // spawn creates the runtime dir and connection file and starts the process.
-func (k *Kernel) spawn() (*instance, error) {
+func (k *Kernel) spawn(ctx context.Context, launcher Launcher) (*instance, error) {
 	o := &k.opts
 	dir, err := os.MkdirTemp(o.RuntimeDir, "cubby-kernel-")
 	if err != nil {
@@ -351,7 +370,7 @@ func (k *Kernel) spawn() (*instance, error) {
 	if err := in.conn.write(connFile, chown, uid, gid); err != nil {
 		return nil, err
 	}
-	if err := in.exec(k.spec, o, connFile); err != nil {
+	if err := in.start(ctx, launcher, k.spec, o, connFile); err != nil {
 		return nil, err
 	}
 	ok = true

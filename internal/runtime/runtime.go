@@ -55,3 +55,19 @@ type Runtime interface {
 	// Resume thaws a paused container.
 	Resume(ctx context.Context, id string) error
 }
+
+// Checkpointer is implemented by runtimes that can save a running container to disk and restore it.
+// Callers find it with a type assertion on a Runtime (runsc implements it; runc does not, as
+// CRIU fails on this kernel: shared/research/isolation.md §6).
+type Checkpointer interface {
+	// Checkpoint saves the memory and kernel state of every process of container id
+	// into the directory imageDir (created if missing) and stops and deletes the
+	// container; files it wrote stay in its root filesystem. Errors wrap ErrNotFound
+	// for unknown containers.
+	Checkpoint(ctx context.Context, id, imageDir string) error
+	// Restore recreates container id from the bundle directory and the image saved
+	// by Checkpoint in imageDir, its processes resuming where they were. The bundle's
+	// root filesystem must be mounted with the content it had at Checkpoint. Its
+	// stdout and stderr go to logPath (appended). It returns once the processes run.
+	Restore(ctx context.Context, id, bundle, imageDir, logPath string) error
+}

@@ -76,6 +76,15 @@ func (r routes) Resolve(id string) (gateway.Target, bool) {
 	return gateway.Target{ID: id, Addr: rt.Addr, Running: rt.Running, AccessToken: rt.AccessToken, TrafficToken: rt.TrafficToken}, true
 }
 
+// Wake lets traffic resume paused sandboxes with lifecycle autoResume (gateway.Waker).
+func (r routes) Wake(ctx context.Context, id string) (gateway.Target, bool, error) {
+	rt, ok, err := r.cp.Wake(ctx, id)
+	if err != nil || !ok {
+		return gateway.Target{}, false, err
+	}
+	return gateway.Target{ID: id, Addr: rt.Addr, Running: rt.Running, AccessToken: rt.AccessToken, TrafficToken: rt.TrafficToken}, true, nil
+}
+
 func (r routes) Targets() []gateway.Target {
 	all := r.cp.Routes()
 	out := make([]gateway.Target, 0, len(all))

@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # Runs the E2B SDK compatibility suites (official JS and Python SDKs,
-# unmodified) against a freshly started Cubby server.
+# unmodified) against a freshly started Cubby server: the core SDK suites
+# (js/, python/: e2b) and the code-interpreter suites (ci-js/, ci-python/:
+# @e2b/code-interpreter and e2b-code-interpreter, template code-interpreter).
 #
-#   test/compat/run.sh [--js-only | --py-only]
+#   test/compat/run.sh [--js-only | --py-only] [--ci-only | --core-only]
 #
-# Steps: build bin/cubby, start `cubby serve` on a free loopback port with a
-# generated API key, wait for GET /health (up to 20 min: the first start builds
-# the base template), install the suites' dependencies (idempotent), run the
-# suites, stop the server. Exits non-zero if anything fails.
+# --js-only / --py-only pick the language, --ci-only / --core-only the kind of
+# suite; the default runs all four.
+#
+# Steps: build bin/cubby (and, for the code-interpreter suites, the
+# code-interpreter template; cached), start `cubby serve` on a free loopback
+# port with a generated API key, wait for GET /health (up to 20 min: the first
+# start builds the base template), install the suites' dependencies
+# (idempotent), run the suites, stop the server. Exits non-zero if anything
+# fails.
 #
 # Environment knobs:
 #   CUBBY_DATA_DIR            server data dir (default: <repo>/.cache/compat-data)
@@ -15,26 +22,39 @@
 #   CUBBY_COMPAT_LOG          server log file (default: <repo>/.cache/compat/server.log)
 #   CUBBY_COMPAT_CONCURRENCY  parallel tests per suite (default: 4)
 #   CUBBY_COMPAT_HEALTH_WAIT  seconds to wait for /health (default: 1200)
-#   CUBBY_COMPAT_SKIP_BUILD=1 use an existing bin/cubby
+#   CUBBY_COMPAT_SKIP_BUILD=1 use an existing bin/cubby (and built templates)
+#   CUBBY_BIN                 the cubby binary to run (default: <repo>/bin/cubby)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 
-run_js=1
-run_py=1
+lang_js=1
+lang_py=1
+kind_core=1
+kind_ci=1
 for arg in "$@"; do
   case "$arg" in
-    --js-only) run_py=0 ;;
-    --py-only) run_js=0 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    --js-only) lang_py=0 ;;
+    --py-only) lang_js=0 ;;
+    --ci-only) kind_core=0 ;;
+    --core-only) kind_ci=0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option: $arg" >&2; exit 2 ;;
   esac
 done
-if [[ $run_js == 0 && $run_py == 0 ]]; then
+if [[ $lang_js == 0 && $lang_py == 0 ]]; then
   echo "run.sh: --js-only and --py-only are mutually exclusive" >&2
   exit 2
 fi
+if [[ $kind_core == 0 && $kind_ci == 0 ]]; then
+  echo "run.sh: --ci-only and --core-only are mutually exclusive" >&2
+  exit 2
+fi
+run_js=$((lang_js && kind_core))
+run_py=$((lang_py && kind_core))
+run_ci_js=$((lang_js && kind_ci))
+run_ci_py=$((lang_py && kind_ci))
 
 log() { printf '[compat] %s\n' "$*" >&2; }
 
@@ -56,8 +76,8 @@ stamp_ok() { # stamp_ok STAMPFILE INPUTFILE...: true if inputs are unchanged
 }
 stamp_write() { local stamp="$1"; shift; cat "$@" | sha256sum >"$stamp"; }
 
-install_js() {
-  local dir="$here/js"
+install_js() { # install_js [DIR]: npm ci in DIR (default js/) when its lockfile changed
+  local dir="${1:-$here/js}"
   if stamp_ok "$dir/node_modules/.cubby-stamp" "$dir/package.json" "$dir/package-lock.json"; then
     return
   fi
@@ -66,8 +86,8 @@ install_js() {
   stamp_write "$dir/node_modules/.cubby-stamp" "$dir/package.json" "$dir/package-lock.json"
 }
 
-install_py() {
-  local dir="$here/python"
+install_py() { # install_py [DIR]: venv + pip in DIR (default python/) when requirements changed
+  local dir="${1:-$here/python}"
   if [[ ! -x "$dir/.venv/bin/python" ]]; then
     log "creating Python venv"
     python3 -m venv "$dir/.venv"
@@ -134,9 +154,17 @@ wait_health() { # wait_health URL SECONDS
   return 1
 }
 
+cubby="${CUBBY_BIN:-$repo/bin/cubby}"
+templates_dir="${CUBBY_TEMPLATES_DIR:-$repo/.cache/templates}"
 if [[ "${CUBBY_COMPAT_SKIP_BUILD:-0}" != 1 ]]; then
-  log "building bin/cubby"
-  (cd "$repo" && make -s build)
+  if [[ -z "${CUBBY_BIN:-}" ]]; then
+    log "building bin/cubby"
+    (cd "$repo" && make -s build)
+  fi
+  if ((run_ci_js || run_ci_py)); then
+    log "building the code-interpreter template (cached unless its definition changed)"
+    "$cubby" template build code-interpreter --templates-dir "$templates_dir" >&2
+  fi
 fi
 
 port="${CUBBY_COMPAT_PORT:-$(free_port)}"
@@ -145,14 +173,16 @@ origin="http://127.0.0.1:$port"
 
 # Install while the server starts: both take a while on a cold machine.
 log "starting cubby serve on $origin (data: $data_dir, log: $server_log)"
-CUBBY_API_KEY="$api_key" "$repo/bin/cubby" serve --listen "127.0.0.1:$port" --data-dir "$data_dir" \
-  --templates-dir "${CUBBY_TEMPLATES_DIR:-$repo/.cache/templates}" \
+CUBBY_API_KEY="$api_key" "$cubby" serve --listen "127.0.0.1:$port" --data-dir "$data_dir" \
+  --templates-dir "$templates_dir" \
   --bridge "${CUBBY_COMPAT_BRIDGE:-cbcompat0}" --subnet "${CUBBY_COMPAT_SUBNET:-10.79.0.0/20}" \
   >"$server_log" 2>&1 &
 server_pid=$!
 
 if ((run_js)); then install_js; fi
 if ((run_py)); then install_py; fi
+if ((run_ci_js)); then install_js "$here/ci-js"; fi
+if ((run_ci_py)); then install_py "$here/ci-python"; fi
 
 if ! wait_health "$origin/health" "$health_wait"; then
   show_server_log
@@ -185,6 +215,28 @@ if ((run_py)); then
   if ! (cd "$here/python" && .venv/bin/python leaks.py); then
     status=1
     log "Python suite left sandboxes running"
+  fi
+fi
+if ((run_ci_js)); then
+  log "running the code-interpreter JS suite (@e2b/code-interpreter $(cd "$here/ci-js" && node -p 'require("./node_modules/@e2b/code-interpreter/package.json").version'))"
+  if ! (cd "$here/ci-js" && node --test --test-concurrency="$concurrency" --test-timeout=180000 ./*.test.mjs); then
+    status=1
+    log "code-interpreter JS suite FAILED"
+  fi
+  if ! (cd "$here/ci-js" && node leaks.mjs); then
+    status=1
+    log "code-interpreter JS suite left sandboxes running"
+  fi
+fi
+if ((run_ci_py)); then
+  log "running the code-interpreter Python suite"
+  if ! (cd "$here/ci-python" && .venv/bin/python -m pytest -n "$concurrency" --dist load); then
+    status=1
+    log "code-interpreter Python suite FAILED"
+  fi
+  if ! (cd "$here/ci-python" && .venv/bin/python leaks.py); then
+    status=1
+    log "code-interpreter Python suite left sandboxes running"
   fi
 fi
 

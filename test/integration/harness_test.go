@@ -70,11 +70,44 @@ func startServer(t *testing.T) *server {
 	}
 	s.logPath = filepath.Join(s.dataDir, "server.log")
 	s.args = []string{"serve", "--listen", s.addr, "--data-dir", s.dataDir, "--templates-dir", tdir,
-		"--bridge", "cbit" + suffix, "--subnet", fmt.Sprintf("10.%d.%d.0/24", 180+int(suffix[0])%40, int(suffix[1])*7%250),
+		"--bridge", "cbit" + suffix, "--subnet", freeSubnet(t),
 		"--domain", "cubby.test"}
 	s.start()
+	t.Cleanup(s.removeHostNetwork)
 	t.Cleanup(s.stop)
 	return s
+}
+
+// freeSubnet picks a random 10.x.y.0/24 that no route on the host uses (other
+// servers on this shared machine have their own bridges and subnets).
+func freeSubnet(t *testing.T) string {
+	t.Helper()
+	routes, err := exec.Command("ip", "-4", "route", "show").Output()
+	if err != nil {
+		t.Fatalf("ip route: %v", err)
+	}
+	for range 1000 {
+		b := make([]byte, 2)
+		_, _ = rand.Read(b)
+		subnet := fmt.Sprintf("10.%d.%d.0/24", 100+int(b[0])%150, b[1])
+		if !strings.Contains(string(routes), subnet) {
+			return subnet
+		}
+	}
+	t.Fatal("no free 10.x.y.0/24 subnet")
+	return ""
+}
+
+// removeHostNetwork deletes the server's bridge and nftables table once it has
+// stopped (the server keeps them across restarts by design).
+func (s *server) removeHostNetwork() {
+	for i, a := range s.args {
+		if a == "--bridge" && i+1 < len(s.args) {
+			br := s.args[i+1]
+			_ = exec.Command("ip", "link", "del", br).Run()
+			_ = exec.Command("nft", "delete", "table", "inet", "cubby_"+br).Run()
+		}
+	}
 }
 
 func (s *server) start() {

@@ -63,7 +63,7 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (inst b
 
 	s := &sandbox{
 		ID: req.SandboxID, Addr: att.Addr, Runtime: rt.Name(), Lower: req.RootfsDir,
-		CPUCount: req.CPUCount, StartedAt: time.Now().UTC(),
+		CPUCount: req.CPUCount, StartedAt: time.Now().UTC(), Init: req.Init, NoInternet: req.NoInternet,
 	}
 	if err := b.writeBundle(req, s, rootPath, att.NetnsPath); err != nil {
 		return backend.Instance{}, err
@@ -76,7 +76,7 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (inst b
 	}
 	undo = append(undo, func() { _ = rt.Kill(cleanupCtx, req.SandboxID) })
 
-	if err := b.initAgent(ctx, s, req); err != nil {
+	if err := b.initAgent(ctx, s, ""); err != nil {
 		return backend.Instance{}, fmt.Errorf("%w (agent log: %s)", err, tailLog(filepath.Join(dir, "agent.log")))
 	}
 	b.mu.Lock()
@@ -88,14 +88,17 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (inst b
 	return s.instance(), nil
 }
 
-func (b *Backend) initAgent(ctx context.Context, s *sandbox, req backend.CreateRequest) error {
+// initAgent waits for the agent's /health and sends it s.Init, authenticated with
+// token (the access token of an agent that already holds its persisted init, as
+// after a restart from disk; "" for a fresh agent).
+func (b *Backend) initAgent(ctx context.Context, s *sandbox, token string) error {
 	readyCtx, cancel := context.WithTimeout(ctx, b.cfg.ReadyTimeout)
 	defer cancel()
-	c := agentClient(s.Addr, "")
+	c := agentClient(s.Addr, token)
 	if err := c.WaitHealthy(readyCtx, 3*time.Millisecond); err != nil {
 		return fmt.Errorf("wait for agent: %w", err)
 	}
-	init := req.Init
+	init := s.Init
 	init.Timestamp = time.Now().UTC()
 	if err := c.Init(readyCtx, init); err != nil {
 		return fmt.Errorf("init agent: %w", err)
@@ -219,44 +222,17 @@ func (b *Backend) destroy(ctx context.Context, id, rtName string) error {
 	return nil
 }
 
-// Pause implements backend.Backend by freezing the container's cgroup; memory stays resident.
-func (b *Backend) Pause(ctx context.Context, id string) error {
-	return b.setPaused(ctx, id, true)
-}
-
-// Resume implements backend.Backend by thawing the container's cgroup.
-func (b *Backend) Resume(ctx context.Context, id string) error {
-	return b.setPaused(ctx, id, false)
-}
-
-func (b *Backend) setPaused(ctx context.Context, id string, pause bool) error {
-	s, err := b.get(id)
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	rt, err := b.runtimeFor(s.Runtime)
-	if err != nil {
-		return err
-	}
-	if pause {
-		err = rt.Pause(ctx, id)
-	} else {
-		err = rt.Resume(ctx, id)
-	}
-	if err != nil {
-		return fmt.Errorf("set paused=%v on %s: %w", pause, id, err)
-	}
-	s.Paused = pause
-	return b.saveState(s)
-}
-
 // Stats implements backend.Backend from the sandbox's cgroup and writable layer.
 func (b *Backend) Stats(_ context.Context, id string) (backend.Stats, error) {
 	s, err := b.get(id)
 	if err != nil {
 		return backend.Stats{}, err
+	}
+	s.mu.Lock()
+	stopped := s.Paused && s.PauseMode != backend.PauseMemory
+	s.mu.Unlock()
+	if stopped {
+		return backend.Stats{}, fmt.Errorf("stats of %s: %w", id, backend.ErrPaused)
 	}
 	cg, err := cgroups.Read(cgroupsPath(id))
 	if err != nil {

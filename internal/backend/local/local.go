@@ -59,9 +59,19 @@ type sandbox struct {
 	CPUCount  int        `json:"cpuCount"`
 	StartedAt time.Time  `json:"startedAt"`
 	Paused    bool       `json:"paused"`
+	// PauseMode is the mode of the current pause; while a filesystem or checkpoint
+	// pause is in progress it is set before Paused (the intent Recover acts on).
+	PauseMode backend.PauseMode `json:"pauseMode,omitempty"`
+	// Init is re-sent to the agent when a filesystem-paused sandbox starts again.
+	Init agentapi.InitRequest `json:"init"`
+	// NoInternet is re-applied when the sandbox's network has to be rebuilt.
+	NoInternet bool `json:"noInternet,omitempty"`
 
 	mu      sync.Mutex // serialises lifecycle operations on this sandbox
 	lastCPU cpuReading
+	// gen counts intentional stops of the container; an exit watcher started in an
+	// earlier generation ignores the exit (guarded by mu).
+	gen int
 }
 
 type cpuReading struct {
@@ -119,8 +129,20 @@ func (b *Backend) get(id string) (*sandbox, error) {
 	return s, nil
 }
 
+// current reports whether s is still the registered sandbox for its ID (not
+// killed or forgotten while the caller waited for s.mu).
+func (b *Backend) current(s *sandbox) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sandboxes[s.ID] == s
+}
+
 func (s *sandbox) instance() backend.Instance {
-	return backend.Instance{SandboxID: s.ID, Addr: s.Addr, Runtime: s.Runtime, Paused: s.Paused, StartedAt: s.StartedAt}
+	in := backend.Instance{SandboxID: s.ID, Addr: s.Addr, Runtime: s.Runtime, Paused: s.Paused, StartedAt: s.StartedAt}
+	if s.Paused {
+		in.PauseMode = s.PauseMode
+	}
+	return in
 }
 
 func (b *Backend) saveState(s *sandbox) error {

@@ -5,41 +5,53 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/cubby-dev/cubby/internal/backend"
+	"github.com/cubby-dev/cubby/internal/rootfs"
 	"github.com/cubby-dev/cubby/internal/runtime"
 )
 
-// Recover implements backend.Backend. A sandbox is re-adopted when the store knows
-// it, its container is running or paused, its state file is readable and its rootfs
-// is still mounted; its network namespace is re-registered. Every container, sandbox
-// directory and network namespace that is not adopted is destroyed, so nothing leaks
+// container is a container some runtime reported at recovery.
+type container struct {
+	rt    runtime.Runtime
+	state runtime.State
+}
+
+// Recover implements backend.Backend. A sandbox the store knows is re-adopted
+// from its state file (sandbox.json) and what really exists:
+//   - running or frozen container, rootfs mounted: adopted running or paused
+//     (memory), as the runtime reports;
+//   - filesystem pause recorded: any container is stopped (finishing an
+//     interrupted pause or resume) and the sandbox is adopted paused, its disk
+//     image kept;
+//   - checkpoint recorded: a live container means the checkpoint did not finish
+//     (adopted running, partial image removed); otherwise a complete image is
+//     adopted paused (checkpoint), an incomplete one is lost.
+//
+// Its network namespace is re-registered. Every container, sandbox directory,
+// mount and network namespace that is not adopted is destroyed, so nothing leaks
 // across a crash of the server.
 func (b *Backend) Recover(ctx context.Context, known []string) ([]backend.Instance, error) {
-	want := make(map[string]bool, len(known))
-	for _, id := range known {
-		want[id] = true
-	}
+	found, errs := b.listContainers(ctx)
 	adopted := map[string]bool{}
 	var out []backend.Instance
-	var errs []error
-	for name, rt := range b.runtimes {
-		states, err := rt.List(ctx)
+	for _, id := range known {
+		c, hasContainer := found[id]
+		s, err := b.adopt(ctx, id, c, hasContainer)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("list %s containers: %w", name, err))
+			b.log.Warn("not re-adopting sandbox; cleaning it up", "sandbox", id, "reason", err)
 			continue
 		}
-		for _, st := range states {
-			s, err := b.adopt(want, name, st)
-			if err != nil {
-				b.log.Warn("not re-adopting sandbox; cleaning it up", "sandbox", st.ID, "reason", err)
-				if err := b.destroy(ctx, st.ID, name); err != nil {
-					errs = append(errs, err)
-				}
-				continue
-			}
-			adopted[s.ID] = true
-			out = append(out, s.instance())
+		adopted[id] = true
+		out = append(out, s.instance())
+	}
+	for id, c := range found {
+		if adopted[id] {
+			continue
+		}
+		if err := b.destroy(ctx, id, c.rt.Name()); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	errs = append(errs, b.sweepDirs(ctx, adopted)...)
@@ -49,32 +61,137 @@ func (b *Backend) Recover(ctx context.Context, known []string) ([]backend.Instan
 	return out, errors.Join(errs...)
 }
 
-func (b *Backend) adopt(want map[string]bool, rtName string, st runtime.State) (*sandbox, error) {
-	if !want[st.ID] {
-		return nil, errors.New("unknown to the store")
+// listContainers returns every container of every runtime by ID.
+func (b *Backend) listContainers(ctx context.Context) (map[string]container, []error) {
+	found := map[string]container{}
+	var errs []error
+	for name, rt := range b.runtimes {
+		states, err := rt.List(ctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("list %s containers: %w", name, err))
+			continue
+		}
+		for _, st := range states {
+			found[st.ID] = container{rt: rt, state: st}
+		}
 	}
-	if st.Status != runtime.StatusRunning && st.Status != runtime.StatusPaused {
-		return nil, fmt.Errorf("container is %s", st.Status)
-	}
-	s, err := b.loadState(st.ID)
+	return found, errs
+}
+
+// adopt reconciles one known sandbox and registers it.
+func (b *Backend) adopt(ctx context.Context, id string, c container, hasContainer bool) (*sandbox, error) {
+	s, err := b.loadState(id)
 	if err != nil {
 		return nil, err
 	}
-	if !b.rootfs.Mounted(b.sandboxDir(st.ID)) {
-		return nil, errors.New("rootfs no longer mounted")
+	if hasContainer {
+		s.Runtime = c.rt.Name()
 	}
-	if err := b.net.Adopt(st.ID, s.Addr); err != nil {
-		return nil, fmt.Errorf("adopt network: %w", err)
+	var running bool
+	switch {
+	case s.PauseMode == backend.PauseFilesystem:
+		err = b.adoptStopped(ctx, s, c, hasContainer)
+	case s.PauseMode == backend.PauseCheckpoint && (!hasContainer || !alive(c.state)):
+		err = b.adoptCheckpointed(ctx, s, c, hasContainer)
+	case hasContainer:
+		running, err = b.adoptContainer(s, c)
+	default:
+		err = errors.New("its container is gone")
 	}
-	s.Runtime = rtName
-	s.Paused = st.Status == runtime.StatusPaused
+	if err != nil {
+		return nil, err
+	}
+	if err := b.net.Adopt(id, s.Addr); err != nil {
+		if !s.Paused || s.PauseMode == backend.PauseMemory {
+			return nil, fmt.Errorf("adopt network: %w", err)
+		}
+		// A sandbox stopped on disk gets a new network when it starts again.
+		b.log.Warn("network of paused sandbox is gone; it is rebuilt at resume", "sandbox", id, "reason", err)
+	}
+	if err := b.saveState(s); err != nil {
+		return nil, err
+	}
 	b.mu.Lock()
 	b.sandboxes[s.ID] = s
 	b.mu.Unlock()
-	if err := b.watchExit(s); err != nil {
-		b.log.Warn("cannot watch sandbox init", "sandbox", s.ID, "err", err)
+	if running {
+		if err := b.watchExit(s); err != nil {
+			b.log.Warn("cannot watch sandbox init", "sandbox", s.ID, "err", err)
+		}
 	}
 	return s, nil
+}
+
+func alive(st runtime.State) bool {
+	return st.Status == runtime.StatusRunning || st.Status == runtime.StatusPaused
+}
+
+// adoptContainer adopts a sandbox whose container exists and should be running or
+// frozen; it reports whether the container has a live init to watch.
+func (b *Backend) adoptContainer(s *sandbox, c container) (bool, error) {
+	if !alive(c.state) {
+		return false, fmt.Errorf("container is %s", c.state.Status)
+	}
+	if !b.rootfs.Mounted(b.sandboxDir(s.ID)) {
+		return false, errors.New("rootfs no longer mounted")
+	}
+	if s.PauseMode == backend.PauseCheckpoint {
+		b.log.Info("checkpoint interrupted by the restart; sandbox keeps running", "sandbox", s.ID)
+		_ = os.RemoveAll(b.checkpointDir(s.ID))
+	}
+	s.Paused = c.state.Status == runtime.StatusPaused
+	s.PauseMode = ""
+	if s.Paused {
+		s.PauseMode = backend.PauseMemory
+	}
+	return true, nil
+}
+
+// adoptStopped adopts a sandbox paused (or being paused or resumed) in filesystem
+// mode: any container is stopped and the disk unmounted; the image must exist.
+func (b *Backend) adoptStopped(ctx context.Context, s *sandbox, c container, hasContainer bool) error {
+	if err := b.keepDisk(s); err != nil {
+		return err
+	}
+	if hasContainer {
+		if err := c.rt.Kill(ctx, s.ID); err != nil {
+			return fmt.Errorf("stop container of paused sandbox: %w", err)
+		}
+	}
+	if err := b.rootfs.Unmount(ctx, b.sandboxDir(s.ID)); err != nil {
+		b.log.Warn("unmount rootfs of paused sandbox", "sandbox", s.ID, "err", err)
+	}
+	s.Paused = true
+	return nil
+}
+
+// adoptCheckpointed adopts a sandbox whose container is gone or stopped after a
+// checkpoint; the image must be complete.
+func (b *Backend) adoptCheckpointed(ctx context.Context, s *sandbox, c container, hasContainer bool) error {
+	if !b.checkpointComplete(s.ID) {
+		return errors.New("checkpoint image is incomplete and the container is gone")
+	}
+	if err := b.keepDisk(s); err != nil {
+		return err
+	}
+	if hasContainer {
+		if err := c.rt.Kill(ctx, s.ID); err != nil {
+			return fmt.Errorf("delete checkpointed container: %w", err)
+		}
+	}
+	if err := b.rootfs.Unmount(ctx, b.sandboxDir(s.ID)); err != nil {
+		b.log.Warn("unmount rootfs of paused sandbox", "sandbox", s.ID, "err", err)
+	}
+	s.Paused = true
+	return nil
+}
+
+// keepDisk checks that the disk image of a stopped sandbox survived.
+func (b *Backend) keepDisk(s *sandbox) error {
+	if _, err := os.Stat(filepath.Join(b.sandboxDir(s.ID), rootfs.ImageName)); err != nil {
+		return fmt.Errorf("disk image of paused sandbox: %w", err)
+	}
+	return nil
 }
 
 // sweepDirs destroys sandbox directories that belong to no adopted sandbox.

@@ -13,7 +13,9 @@ import (
 // on its own (the agent crashed, the init was OOM-killed, a runtime failure) and
 // then frees the sandbox's resources and forgets it, so Lookup and Stats answer
 // backend.ErrNotFound and the control plane records the sandbox as gone. A Kill
-// racing with the exit wins: the watcher only acts on a sandbox still registered.
+// racing with the exit wins: the watcher only acts on a sandbox still registered,
+// and an intentional stop (a pause to disk) bumps s.gen first so the watcher of
+// the stopped container ignores its exit. The caller holds s.mu (or owns s alone).
 func (b *Backend) watchExit(s *sandbox) error {
 	rt, err := b.runtimeFor(s.Runtime)
 	if err != nil {
@@ -30,11 +32,11 @@ func (b *Backend) watchExit(s *sandbox) error {
 	if err != nil {
 		return fmt.Errorf("pidfd of %s init %d: %w", s.ID, st.Pid, err)
 	}
-	go b.awaitExit(s, fd)
+	go b.awaitExit(s, fd, s.gen)
 	return nil
 }
 
-func (b *Backend) awaitExit(s *sandbox, fd int) {
+func (b *Backend) awaitExit(s *sandbox, fd, gen int) {
 	defer unix.Close(fd)
 	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 	for {
@@ -52,8 +54,8 @@ func (b *Backend) awaitExit(s *sandbox, fd int) {
 	b.mu.Lock()
 	current := b.sandboxes[s.ID] == s
 	b.mu.Unlock()
-	if !current {
-		return // killed through Kill
+	if !current || s.gen != gen {
+		return // killed through Kill, or stopped on purpose by a pause
 	}
 	b.log.Warn("sandbox init exited on its own; freeing its resources", "sandbox", s.ID,
 		"agent_log", tailLog(b.sandboxDir(s.ID)+"/agent.log"))

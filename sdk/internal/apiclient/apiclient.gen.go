@@ -35,6 +35,27 @@ func (e SandboxLifecycleOnTimeout) Valid() bool {
 	}
 }
 
+// Defines values for SandboxPauseMode.
+const (
+	Checkpoint SandboxPauseMode = "checkpoint"
+	Filesystem SandboxPauseMode = "filesystem"
+	Memory     SandboxPauseMode = "memory"
+)
+
+// Valid indicates whether the value is a known member of the SandboxPauseMode enum.
+func (e SandboxPauseMode) Valid() bool {
+	switch e {
+	case Checkpoint:
+		return true
+	case Filesystem:
+		return true
+	case Memory:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SandboxState.
 const (
 	Paused  SandboxState = "paused"
@@ -111,15 +132,19 @@ type NewSandbox struct {
 	AllowInternetAccess *bool `json:"allow_internet_access,omitempty"`
 
 	// AutoPause Pause instead of kill at the deadline.
-	AutoPause       *bool                    `json:"autoPause,omitempty"`
-	AutoPauseMemory *bool                    `json:"autoPauseMemory,omitempty"`
-	AutoResume      *SandboxAutoResumeConfig `json:"autoResume,omitempty"`
-	EnvVars         *EnvVars                 `json:"envVars,omitempty"`
-	Iam             *map[string]interface{}  `json:"iam,omitempty"`
-	Lifecycle       *SandboxLifecycle        `json:"lifecycle,omitempty"`
-	Mcp             *map[string]interface{}  `json:"mcp,omitempty"`
-	Metadata        *SandboxMetadata         `json:"metadata,omitempty"`
-	Network         *SandboxNetworkConfig    `json:"network,omitempty"`
+	AutoPause *bool `json:"autoPause,omitempty"`
+
+	// AutoPauseMemory Keep memory when paused at the deadline (default true); false = filesystem-only pause.
+	AutoPauseMemory *bool `json:"autoPauseMemory,omitempty"`
+
+	// AutoResume When enabled, a request through the sandbox gateway to the paused sandbox resumes it (deadline now + 300 s, extended only) and is then proxied.
+	AutoResume *SandboxAutoResumeConfig `json:"autoResume,omitempty"`
+	EnvVars    *EnvVars                 `json:"envVars,omitempty"`
+	Iam        *map[string]interface{}  `json:"iam,omitempty"`
+	Lifecycle  *SandboxLifecycle        `json:"lifecycle,omitempty"`
+	Mcp        *map[string]interface{}  `json:"mcp,omitempty"`
+	Metadata   *SandboxMetadata         `json:"metadata,omitempty"`
+	Network    *SandboxNetworkConfig    `json:"network,omitempty"`
 
 	// Secure When true the sandbox is secured and envdAccessToken is returned.
 	Secure *bool `json:"secure,omitempty"`
@@ -137,15 +162,19 @@ type NewSandboxV2 struct {
 	AllowInternetAccess *bool `json:"allow_internet_access,omitempty"`
 
 	// AutoPause Pause instead of kill at the deadline.
-	AutoPause       *bool                    `json:"autoPause,omitempty"`
-	AutoPauseMemory *bool                    `json:"autoPauseMemory,omitempty"`
-	AutoResume      *SandboxAutoResumeConfig `json:"autoResume,omitempty"`
-	EnvVars         *EnvVars                 `json:"envVars,omitempty"`
-	Iam             *map[string]interface{}  `json:"iam,omitempty"`
-	Lifecycle       *SandboxLifecycle        `json:"lifecycle,omitempty"`
-	Mcp             *map[string]interface{}  `json:"mcp,omitempty"`
-	Metadata        *SandboxMetadata         `json:"metadata,omitempty"`
-	Network         *SandboxNetworkConfig    `json:"network,omitempty"`
+	AutoPause *bool `json:"autoPause,omitempty"`
+
+	// AutoPauseMemory Keep memory when paused at the deadline (default true); false = filesystem-only pause.
+	AutoPauseMemory *bool `json:"autoPauseMemory,omitempty"`
+
+	// AutoResume When enabled, a request through the sandbox gateway to the paused sandbox resumes it (deadline now + 300 s, extended only) and is then proxied.
+	AutoResume *SandboxAutoResumeConfig `json:"autoResume,omitempty"`
+	EnvVars    *EnvVars                 `json:"envVars,omitempty"`
+	Iam        *map[string]interface{}  `json:"iam,omitempty"`
+	Lifecycle  *SandboxLifecycle        `json:"lifecycle,omitempty"`
+	Mcp        *map[string]interface{}  `json:"mcp,omitempty"`
+	Metadata   *SandboxMetadata         `json:"metadata,omitempty"`
+	Network    *SandboxNetworkConfig    `json:"network,omitempty"`
 
 	// TemplateID Template ID or alias; default the server's default template.
 	TemplateID *string `json:"templateID,omitempty"`
@@ -157,6 +186,7 @@ type NewSandboxV2 struct {
 
 // PauseSandbox defines model for PauseSandbox.
 type PauseSandbox struct {
+	// Memory Keep the processes' memory (default true): freeze (runc) or checkpoint to disk (gVisor). false pauses to the filesystem only (processes are restarted on resume, files kept).
 	Memory *bool `json:"memory,omitempty"`
 }
 
@@ -172,7 +202,7 @@ type Sandbox struct {
 	TrafficAccessToken *string `json:"trafficAccessToken"`
 }
 
-// SandboxAutoResumeConfig defines model for SandboxAutoResumeConfig.
+// SandboxAutoResumeConfig When enabled, a request through the sandbox gateway to the paused sandbox resumes it (deadline now + 300 s, extended only) and is then proxied.
 type SandboxAutoResumeConfig struct {
 	Enabled bool `json:"enabled"`
 }
@@ -192,11 +222,14 @@ type SandboxDetail struct {
 	MemoryMB            int32                 `json:"memoryMB"`
 	Metadata            *SandboxMetadata      `json:"metadata,omitempty"`
 	Network             *SandboxNetworkConfig `json:"network,omitempty"`
-	SandboxID           string                `json:"sandboxID"`
-	StartedAt           time.Time             `json:"startedAt"`
-	State               SandboxState          `json:"state"`
-	TemplateID          string                `json:"templateID"`
-	VolumeMounts        *[]SandboxVolumeMount `json:"volumeMounts,omitempty"`
+
+	// PauseMode Cubby extension (absent while running; SDKs ignore it): what a paused sandbox kept. "memory" = processes frozen in RAM (runc cgroup freezer); "checkpoint" = processes and memory saved to disk, RAM freed, resume restores them (gVisor); "filesystem" = processes stopped, RAM freed, disk and address kept, resume starts the sandbox again with its files but without its processes (pause body {"memory": false}).
+	PauseMode    *SandboxPauseMode     `json:"pauseMode,omitempty"`
+	SandboxID    string                `json:"sandboxID"`
+	StartedAt    time.Time             `json:"startedAt"`
+	State        SandboxState          `json:"state"`
+	TemplateID   string                `json:"templateID"`
+	VolumeMounts *[]SandboxVolumeMount `json:"volumeMounts,omitempty"`
 }
 
 // SandboxEgressProxy defines model for SandboxEgressProxy.
@@ -263,6 +296,9 @@ type SandboxNetworkRule struct {
 type SandboxNetworkTransform struct {
 	Headers *map[string]string `json:"headers,omitempty"`
 }
+
+// SandboxPauseMode Cubby extension (absent while running; SDKs ignore it): what a paused sandbox kept. "memory" = processes frozen in RAM (runc cgroup freezer); "checkpoint" = processes and memory saved to disk, RAM freed, resume restores them (gVisor); "filesystem" = processes stopped, RAM freed, disk and address kept, resume starts the sandbox again with its files but without its processes (pause body {"memory": false}).
+type SandboxPauseMode string
 
 // SandboxState defines model for SandboxState.
 type SandboxState string
@@ -489,14 +525,18 @@ type ClientInterface interface {
 	// Corresponds with GET /sandboxes/{sandboxID}/metrics (the `GetSandboxMetrics` operationId).
 	GetSandboxMetrics(ctx context.Context, sandboxID SandboxID, params *GetSandboxMetricsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PauseSandboxWithBody Pause (freeze) a running sandbox.
+	// PauseSandboxWithBody Pause a running sandbox.
+	//
+	// The sandbox side answers 502 while paused; its TTL stops (a paused sandbox never times out) and connect resumes it (201) with the requested timeout. Pausing a paused sandbox is a 409.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /sandboxes/{sandboxID}/pause (the `PauseSandbox` operationId).
 	PauseSandboxWithBody(ctx context.Context, sandboxID SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PauseSandbox Pause (freeze) a running sandbox.
+	// PauseSandbox Pause a running sandbox.
+	//
+	// The sandbox side answers 502 while paused; its TTL stops (a paused sandbox never times out) and connect resumes it (201) with the requested timeout. Pausing a paused sandbox is a 409.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -679,7 +719,9 @@ func (c *Client) GetSandboxMetrics(ctx context.Context, sandboxID SandboxID, par
 	return c.Client.Do(req)
 }
 
-// PauseSandboxWithBody Pause (freeze) a running sandbox.
+// PauseSandboxWithBody Pause a running sandbox.
+//
+// The sandbox side answers 502 while paused; its TTL stops (a paused sandbox never times out) and connect resumes it (201) with the requested timeout. Pausing a paused sandbox is a 409.
 //
 // Takes any type of body and a specified content type.
 //
@@ -696,7 +738,9 @@ func (c *Client) PauseSandboxWithBody(ctx context.Context, sandboxID SandboxID, 
 	return c.Client.Do(req)
 }
 
-// PauseSandbox Pause (freeze) a running sandbox.
+// PauseSandbox Pause a running sandbox.
+//
+// The sandbox side answers 502 while paused; its TTL stops (a paused sandbox never times out) and connect resumes it (201) with the requested timeout. Pausing a paused sandbox is a 409.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1519,14 +1563,18 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /sandboxes/{sandboxID}/metrics (the `GetSandboxMetrics` operationId).
 	GetSandboxMetricsWithResponse(ctx context.Context, sandboxID SandboxID, params *GetSandboxMetricsParams, reqEditors ...RequestEditorFn) (*GetSandboxMetricsResponse, error)
 
-	// PauseSandboxWithBodyWithResponse Pause (freeze) a running sandbox.
+	// PauseSandboxWithBodyWithResponse Pause a running sandbox.
+	//
+	// The sandbox side answers 502 while paused; its TTL stops (a paused sandbox never times out) and connect resumes it (201) with the requested timeout. Pausing a paused sandbox is a 409.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /sandboxes/{sandboxID}/pause (the `PauseSandbox` operationId).
 	PauseSandboxWithBodyWithResponse(ctx context.Context, sandboxID SandboxID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PauseSandboxResponse, error)
 
-	// PauseSandboxWithResponse Pause (freeze) a running sandbox.
+	// PauseSandboxWithResponse Pause a running sandbox.
+	//
+	// The sandbox side answers 502 while paused; its TTL stops (a paused sandbox never times out) and connect resumes it (201) with the requested timeout. Pausing a paused sandbox is a 409.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -2446,7 +2494,9 @@ func (c *ClientWithResponses) GetSandboxMetricsWithResponse(ctx context.Context,
 	return ParseGetSandboxMetricsResponse(rsp)
 }
 
-// PauseSandboxWithBodyWithResponse Pause (freeze) a running sandbox.
+// PauseSandboxWithBodyWithResponse Pause a running sandbox.
+//
+// The sandbox side answers 502 while paused; its TTL stops (a paused sandbox never times out) and connect resumes it (201) with the requested timeout. Pausing a paused sandbox is a 409.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -2459,7 +2509,9 @@ func (c *ClientWithResponses) PauseSandboxWithBodyWithResponse(ctx context.Conte
 	return ParsePauseSandboxResponse(rsp)
 }
 
-// PauseSandboxWithResponse Pause (freeze) a running sandbox.
+// PauseSandboxWithResponse Pause a running sandbox.
+//
+// The sandbox side answers 502 while paused; its TTL stops (a paused sandbox never times out) and connect resumes it (201) with the requested timeout. Pausing a paused sandbox is a 409.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

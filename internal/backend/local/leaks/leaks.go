@@ -1,0 +1,268 @@
+// Package leaks inventories the host resources the local backend holds for one
+// sandbox: mounts and loop devices of its disk, its network namespace file, host
+// veth and no-internet set membership, its cgroup directories, runtime state
+// directories, and processes. Tests use it to prove that kills, failures, pauses
+// and server restarts leave nothing behind (or exactly what a paused sandbox must
+// keep). It reads /proc, /sys and nf_tables only; it changes nothing.
+package leaks
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
+)
+
+// Options say where one server keeps its host resources. Zero fields take the
+// defaults of the local backend and network manager.
+type Options struct {
+	// SandboxesDir is the backend's sandbox directory (local.Config.Dir). Required.
+	SandboxesDir string
+	// RuntimeRoots are the state roots of the runtimes (runc/runsc --root).
+	RuntimeRoots []string
+	// NetnsDir holds the netns files; default /run/netns.
+	NetnsDir string
+	// CgroupRoot is the cgroup mount root; default /sys/fs/cgroup (v1 controllers
+	// below it and cgroup2 at CgroupRoot/unified, or cgroup2 at CgroupRoot itself).
+	CgroupRoot string
+	// CgroupParent is the parent of per-sandbox cgroups; default "cubby".
+	CgroupParent string
+	// NftTable is the network manager's inet table (default: not checked).
+	NftTable string
+}
+
+// Resources is what exists on the host for one sandbox.
+type Resources struct {
+	Dir        bool     // its sandbox directory exists
+	Mounts     []string // mount points at or below its directory
+	Loops      []string // loop devices backed by a file in its directory
+	Netns      []string // netns files naming it
+	Veths      []string // host links whose alias names it
+	NoInternet bool     // its address is in the no-internet set
+	Cgroups    []string // cgroup directories named for it
+	States     []string // runtime state directories named for it
+	Processes  []string // "pid command line" of processes in its cgroup or naming it on their command line
+}
+
+// Running reports whether anything of a live container remains: mounts, loop
+// devices, cgroups, runtime state or processes.
+func (r Resources) Running() bool {
+	return len(r.Mounts)+len(r.Loops)+len(r.Cgroups)+len(r.States)+len(r.Processes) > 0
+}
+
+// Empty reports whether nothing at all is left.
+func (r Resources) Empty() bool {
+	return !r.Dir && !r.Running() && len(r.Netns)+len(r.Veths) == 0 && !r.NoInternet
+}
+
+// String lists the resources found, for test failure messages.
+func (r Resources) String() string {
+	return fmt.Sprintf("dir=%v mounts=%v loops=%v netns=%v veths=%v noinet=%v cgroups=%v states=%v pids=%v",
+		r.Dir, r.Mounts, r.Loops, r.Netns, r.Veths, r.NoInternet, r.Cgroups, r.States, r.Processes)
+}
+
+func (o *Options) defaults() {
+	if o.NetnsDir == "" {
+		o.NetnsDir = "/run/netns"
+	}
+	if o.CgroupRoot == "" {
+		o.CgroupRoot = "/sys/fs/cgroup"
+	}
+	if o.CgroupParent == "" {
+		o.CgroupParent = "cubby"
+	}
+}
+
+// Scan inventories sandbox id (addr, when valid, is checked against the
+// no-internet set). Errors: unreadable /proc or /sys, or a failed nf_tables query.
+func Scan(o Options, id string, addr netip.Addr) (Resources, error) {
+	o.defaults()
+	if id == "" || strings.ContainsAny(id, "/.") {
+		return Resources{}, fmt.Errorf("invalid sandbox id %q", id)
+	}
+	var r Resources
+	dir := filepath.Join(o.SandboxesDir, id)
+	_, err := os.Lstat(dir)
+	r.Dir = err == nil
+	var errs []error
+	var e error
+	r.Mounts, e = mountsBelow(dir)
+	errs = append(errs, e)
+	r.Loops, e = loopsBelow(dir)
+	errs = append(errs, e)
+	r.Netns = globNames(o.NetnsDir, "*"+id)
+	r.Veths, e = vethsFor(id)
+	errs = append(errs, e)
+	r.NoInternet, e = inNoInternet(o.NftTable, addr)
+	errs = append(errs, e)
+	r.Cgroups = cgroupsFor(o, id)
+	for _, root := range o.RuntimeRoots {
+		if _, err := os.Stat(filepath.Join(root, id)); err == nil {
+			r.States = append(r.States, filepath.Join(root, id))
+		}
+	}
+	r.Processes, e = processesFor(o.CgroupParent, id)
+	errs = append(errs, e)
+	return r, errors.Join(errs...)
+}
+
+// mountsBelow lists mount points at or below dir from /proc/self/mountinfo.
+func mountsBelow(dir string) ([]string, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("read mountinfo: %w", err)
+	}
+	var out []string
+	for line := range strings.SplitSeq(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		p := unescape(f[4])
+		if p == dir || strings.HasPrefix(p, dir+"/") {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// unescape decodes mountinfo's octal escapes (\040 for space etc.).
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// loopsBelow lists loop devices whose backing file lies in dir.
+func loopsBelow(dir string) ([]string, error) {
+	files, err := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // detached meanwhile
+		}
+		backing := strings.TrimSuffix(strings.TrimSpace(string(b)), " (deleted)")
+		if strings.HasPrefix(backing, dir+"/") {
+			out = append(out, "/dev/"+filepath.Base(filepath.Dir(filepath.Dir(f))))
+		}
+	}
+	return out, nil
+}
+
+func globNames(dir, pattern string) []string {
+	m, _ := filepath.Glob(filepath.Join(dir, pattern))
+	return m
+}
+
+// vethsFor lists host links whose alias ends in "/"+id (the network manager's
+// "cubby:<prefix>/<id>" aliases).
+func vethsFor(id string) ([]string, error) {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("list links: %w", err)
+	}
+	var out []string
+	for _, l := range links {
+		if a := l.Attrs().Alias; strings.HasPrefix(a, "cubby:") && strings.HasSuffix(a, "/"+id) {
+			out = append(out, l.Attrs().Name)
+		}
+	}
+	return out, nil
+}
+
+// inNoInternet reports whether addr is in table's "noinet" set.
+func inNoInternet(table string, addr netip.Addr) (bool, error) {
+	if table == "" || !addr.IsValid() {
+		return false, nil
+	}
+	c, err := nftables.New()
+	if err != nil {
+		return false, fmt.Errorf("nftables: %w", err)
+	}
+	set, err := c.GetSetByName(&nftables.Table{Family: nftables.TableFamilyINet, Name: table}, "noinet")
+	if err != nil {
+		return false, nil // no table, or no set: nothing held
+	}
+	elems, err := c.GetSetElements(set)
+	if err != nil {
+		return false, fmt.Errorf("list set noinet of %s: %w", table, err)
+	}
+	want := addr.AsSlice()
+	for _, e := range elems {
+		if bytes.Equal(e.Key, want) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// cgroupsFor lists CgroupParent/id directories in every cgroup hierarchy.
+func cgroupsFor(o Options, id string) []string {
+	var out []string
+	rel := filepath.Join(o.CgroupParent, id)
+	if _, err := os.Stat(filepath.Join(o.CgroupRoot, rel)); err == nil {
+		out = append(out, filepath.Join(o.CgroupRoot, rel)) // cgroup2 at the root
+	}
+	out = append(out, globNames(o.CgroupRoot, filepath.Join("*", rel))...)
+	return out
+}
+
+// zombie reports whether process pid has exited and waits to be reaped. A
+// container's init is reparented to the host's init, which reaps it in its own
+// time; a zombie holds no memory, mounts or files, so it is not a leak.
+func zombie(pid string) bool {
+	stat, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	if err != nil {
+		return true // gone meanwhile
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X'
+}
+
+// processesFor lists live (non-zombie) processes whose cgroup path contains
+// parent/id or whose command line contains id (runc and runsc helpers name the
+// container).
+func processesFor(parent, id string) ([]string, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("read /proc: %w", err)
+	}
+	self := os.Getpid()
+	needle := "/" + parent + "/" + id
+	var out []string
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		cg, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
+		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if (bytes.Contains(cg, []byte(needle)) || bytes.Contains(cmd, []byte(id))) && !zombie(e.Name()) {
+			out = append(out, fmt.Sprintf("%d %s", pid, bytes.ReplaceAll(cmd, []byte{0}, []byte{' '})))
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,375 @@
+// Package runsc implements runtime.Runtime and runtime.Checkpointer by driving
+// gVisor's runsc CLI (OCI runtime command line: create, start, state, list, delete,
+// pause, resume, plus checkpoint and restore) with a private state root. It runs the
+// same OCI bundles as the runc package (shared/research/isolation.md §2, §6,
+// Recommendation (b)).
+//
+// With the netstack network (Options.Network "sandbox") runsc moves the addresses of
+// the interfaces of the container's network namespace into the sandbox and deletes
+// them from the namespace. The Runtime records them in the bundle at Start (see
+// NetConfig) and puts them back once the sandbox is gone (Kill, Checkpoint) and
+// before Restore, so the namespace routes again for the next sandbox.
+package runsc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cubby-dev/cubby/internal/runtime"
+)
+
+// PidFileName is the file runsc writes the sandbox pid into, inside the bundle.
+const PidFileName = "init.pid"
+
+// Defaults of Options (shared/research/isolation.md §2: systrap is the only fast
+// platform here, kvm hangs under PVM; overlay2 "none" makes writes land in the
+// bundle's root filesystem on the host).
+const (
+	DefaultPlatform = "systrap"
+	DefaultNetwork  = "sandbox"
+	DefaultOverlay  = "none"
+)
+
+// cleanupTimeout bounds the clean-up after a failed Start or Restore.
+const cleanupTimeout = 10 * time.Second
+
+// validID matches the container IDs accepted (and no leading '-').
+var validID = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.+-]*$`)
+
+// Options are runsc's global flags. Zero values select the defaults.
+type Options struct {
+	Platform string // --platform: "systrap" (default) or "ptrace"; never "kvm" on PVM hosts
+	Network  string // --network: "sandbox" (netstack, default), "none" or "host"
+	Overlay  string // --overlay2: "none" (default: writes go to the host rootfs) or e.g. "root:memory"
+	// Debug adds --debug and writes runsc's debug logs, one file per command and
+	// process, to DebugLogDir (default: <stateRoot>/debug/).
+	Debug       bool
+	DebugLogDir string
+}
+
+// Runtime drives one runsc binary with one state root. It is safe for concurrent
+// use on distinct container IDs.
+type Runtime struct {
+	binary string
+	root   string
+	opts   Options
+	log    *slog.Logger
+}
+
+var (
+	_ runtime.Runtime      = (*Runtime)(nil)
+	_ runtime.Checkpointer = (*Runtime)(nil)
+)
+
+// New returns a Runtime that runs binary (e.g. "bin/runsc", built by `make runsc`)
+// with `--root stateRoot` (a directory runsc creates; preferably on tmpfs such as
+// /run) and the global flags of opts.
+func New(binary, stateRoot string, opts Options, log *slog.Logger) *Runtime {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Platform == "" {
+		opts.Platform = DefaultPlatform
+	}
+	if opts.Network == "" {
+		opts.Network = DefaultNetwork
+	}
+	if opts.Overlay == "" {
+		opts.Overlay = DefaultOverlay
+	}
+	if opts.Debug && opts.DebugLogDir == "" {
+		opts.DebugLogDir = filepath.Join(stateRoot, "debug")
+	}
+	return &Runtime{binary: binary, root: stateRoot, opts: opts, log: log}
+}
+
+// Name returns "runsc".
+func (r *Runtime) Name() string { return "runsc" }
+
+// globalFlags are the flags given to every runsc command.
+func (r *Runtime) globalFlags() []string {
+	f := []string{"--root", r.root, "--platform=" + r.opts.Platform, "--network=" + r.opts.Network,
+		"--overlay2=" + r.opts.Overlay}
+	if r.opts.Debug {
+		f = append(f, "--debug", "--debug-log="+r.opts.DebugLogDir+"/")
+	}
+	return f
+}
+
+// Start runs `runsc create --bundle bundle --pid-file bundle/init.pid id` with the
+// container's stdin on /dev/null and its stdout and stderr appended to logPath, then
+// `runsc start id`. Before that it records the network configuration of the spec's
+// network namespace in the bundle (see NetConfig). On error the half-created
+// container is removed and the error carries runsc's message.
+func (r *Runtime) Start(ctx context.Context, id, bundle, logPath string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	if err := r.saveNet(bundle); err != nil {
+		return fmt.Errorf("runsc start %s: %w", id, err)
+	}
+	err := r.launch(ctx, id, logPath, "create", "--bundle", bundle, "--pid-file", filepath.Join(bundle, PidFileName), id)
+	if err == nil {
+		_, err = r.run(ctx, "start", id)
+	}
+	if err != nil {
+		r.cleanup(ctx, id, bundle)
+		return err
+	}
+	r.log.Debug("container started", "id", id, "bundle", bundle)
+	return nil
+}
+
+// launch runs a runsc command that starts sandbox processes (create, restore): they
+// inherit runsc's stdio, so stdout and stderr go to logPath and runsc's own
+// messages are read from a separate --log file.
+func (r *Runtime) launch(ctx context.Context, id, logPath string, args ...string) error {
+	out, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("runsc %s %s: open log: %w", args[0], id, err)
+	}
+	defer out.Close()
+	logf, err := os.CreateTemp("", "runsc-"+args[0]+"-*.log")
+	if err != nil {
+		return fmt.Errorf("runsc %s %s: %w", args[0], id, err)
+	}
+	logf.Close()
+	defer os.Remove(logf.Name())
+	full := append(r.globalFlags(), "--log", logf.Name(), "--log-format", "json")
+	cmd := exec.CommandContext(ctx, r.binary, append(full, args...)...)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Run(); err != nil {
+		msg, _ := os.ReadFile(logf.Name())
+		return wrap(args[0]+" "+id, msg, err)
+	}
+	return nil
+}
+
+// cleanup removes a container left by a failed Start or Restore, ignoring errors
+// (logged), and puts the network namespace's addresses back.
+func (r *Runtime) cleanup(ctx context.Context, id, bundle string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if err := r.Kill(ctx, id); err != nil {
+		r.log.Warn("clean up failed container", "id", id, "err", err)
+	}
+	r.restoreNet(bundle)
+}
+
+// stateJSON is the output of `runsc state` and the elements of `runsc list --format json`.
+type stateJSON struct {
+	ID     string `json:"id"`
+	Pid    int    `json:"pid"`
+	Status string `json:"status"`
+	Bundle string `json:"bundle"`
+}
+
+func (s stateJSON) state() runtime.State {
+	st := runtime.State{ID: s.ID, Status: runtime.Status(s.Status), Pid: s.Pid, Bundle: s.Bundle}
+	if st.Status == runtime.StatusStopped || st.Pid < 0 {
+		st.Pid = 0
+	}
+	return st
+}
+
+// State parses `runsc state id`. Pid is the host pid of the sandbox process (the
+// gVisor kernel running the container), 0 when stopped. Unknown IDs return an error
+// wrapping runtime.ErrNotFound.
+func (r *Runtime) State(ctx context.Context, id string) (runtime.State, error) {
+	if err := checkID(id); err != nil {
+		return runtime.State{}, err
+	}
+	out, err := r.run(ctx, "state", id)
+	if err != nil {
+		return runtime.State{}, err
+	}
+	var s stateJSON
+	if err := json.Unmarshal(out, &s); err != nil {
+		return runtime.State{}, fmt.Errorf("runsc state %s: parse: %w", id, err)
+	}
+	return s.state(), nil
+}
+
+// List parses `runsc list --format json`: every container in the state root.
+func (r *Runtime) List(ctx context.Context) ([]runtime.State, error) {
+	out, err := r.run(ctx, "list", "--format", "json")
+	if err != nil {
+		return nil, err
+	}
+	var ss []stateJSON
+	if err := json.Unmarshal(out, &ss); err != nil {
+		return nil, fmt.Errorf("runsc list: parse: %w", err)
+	}
+	states := make([]runtime.State, 0, len(ss))
+	for _, s := range ss {
+		states = append(states, s.state())
+	}
+	return states, nil
+}
+
+// Kill destroys the container with `runsc delete --force` (SIGKILL to the sandbox
+// and gofer, wait for them, remove the cgroups and state: one exec of ~30 ms, where
+// `runsc kill` followed by waiting for the sandbox to exit takes ~1.5 s here), waits
+// on a pidfd until the sandbox process is gone and puts the network namespace's
+// addresses back. Works on running, paused and stopped containers. Unknown IDs
+// return nil.
+func (r *Runtime) Kill(ctx context.Context, id string) error {
+	st, err := r.State(ctx, id)
+	if errors.Is(err, runtime.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("runsc kill %s: %w", id, err)
+	}
+	if err := r.destroy(ctx, st, true); err != nil {
+		return err
+	}
+	r.restoreNet(st.Bundle)
+	return nil
+}
+
+// destroy deletes the container (with --force when force) and waits until its
+// sandbox process has exited.
+func (r *Runtime) destroy(ctx context.Context, st runtime.State, force bool) error {
+	pidfd := -1
+	if st.Pid > 0 {
+		fd, err := unix.PidfdOpen(st.Pid, 0)
+		if err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("runsc kill %s: pidfd_open %d: %w", st.ID, st.Pid, err)
+		}
+		if err == nil {
+			pidfd = fd
+			defer unix.Close(pidfd)
+		}
+	}
+	args := []string{"delete", st.ID}
+	if force {
+		args = []string{"delete", "--force", st.ID}
+	}
+	if _, err := r.run(ctx, args...); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		return fmt.Errorf("runsc kill %s: %w", st.ID, err)
+	}
+	if pidfd >= 0 {
+		if err := waitPidfd(ctx, pidfd); err != nil {
+			return fmt.Errorf("runsc kill %s: wait for sandbox pid %d: %w", st.ID, st.Pid, err)
+		}
+	}
+	return nil
+}
+
+// waitPidfd blocks until the process behind pidfd has exited or ctx is done.
+func waitPidfd(ctx context.Context, pidfd int) error {
+	for {
+		fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 50)
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return fmt.Errorf("poll pidfd: %w", err)
+		}
+		if n > 0 {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+}
+
+// Pause stops every task of the container inside the sandbox with `runsc pause`
+// (the gVisor kernel stops scheduling them; memory stays allocated).
+func (r *Runtime) Pause(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	_, err := r.run(ctx, "pause", id)
+	return err
+}
+
+// Resume continues a paused container with `runsc resume`.
+func (r *Runtime) Resume(ctx context.Context, id string) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	_, err := r.run(ctx, "resume", id)
+	return err
+}
+
+// ReleaseRoot unmounts the "null-netns" bind mount runsc keeps in the state root
+// (the empty network namespace its gofers share; created again by the next
+// Start). Call it when the state root is about to be removed, e.g. at shutdown or
+// after a test; running containers are not affected. It returns nil when nothing
+// is mounted.
+func (r *Runtime) ReleaseRoot() error {
+	path := filepath.Join(r.root, "null-netns")
+	for range 64 { // concurrent runsc invocations may stack mounts
+		err := unix.Unmount(path, unix.MNT_DETACH)
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("runsc: unmount %s: %w", path, err)
+		}
+	}
+	return fmt.Errorf("runsc: %s still mounted after 64 unmounts", path)
+}
+
+// run executes runsc with the global flags and returns its stdout. Errors carry
+// runsc's message and wrap runtime.ErrNotFound for unknown containers.
+func (r *Runtime) run(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, r.binary, append(r.globalFlags(), args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, wrap(strings.Join(args, " "), stderr.Bytes(), err)
+	}
+	return stdout.Bytes(), nil
+}
+
+// wrap builds the error of a failed runsc command from its output or JSON log.
+func wrap(command string, log []byte, err error) error {
+	msg := messages(log)
+	if strings.Contains(msg, "loading container: file does not exist") {
+		return fmt.Errorf("runsc %s: %s: %w", command, msg, runtime.ErrNotFound)
+	}
+	return fmt.Errorf("runsc %s: %s: %w", command, msg, err)
+}
+
+// messages extracts the "msg" of runsc's JSON log lines at level error or above, or
+// returns the raw text lines when they are not JSON.
+func messages(log []byte) string {
+	var msgs []string
+	for _, line := range bytes.Split(bytes.TrimSpace(log), []byte("\n")) {
+		var e struct{ Level, Msg string }
+		if json.Unmarshal(line, &e) != nil {
+			if s := strings.TrimSpace(string(line)); s != "" {
+				msgs = append(msgs, s)
+			}
+			continue
+		}
+		if e.Level == "error" || e.Level == "fatal" || e.Level == "panic" {
+			msgs = append(msgs, e.Msg)
+		}
+	}
+	if len(msgs) == 0 {
+		return "no message"
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func checkID(id string) error {
+	if !validID.MatchString(id) {
+		return fmt.Errorf("runsc: invalid container id %q", id)
+	}
+	return nil
+}
