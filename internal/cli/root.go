@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -25,7 +26,8 @@ func Main(args []string) int {
 	root := newRoot()
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {
-		if ee, ok := err.(exitError); ok {
+		var ee exitError
+		if errors.As(err, &ee) {
 			return ee.code
 		}
 		fmt.Fprintln(os.Stderr, "cubby:", err)
@@ -48,7 +50,14 @@ func newRoot() *cobra.Command {
 		Version:       Version,
 	}
 	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn, error")
-	root.AddCommand(newServeCmd(), newAgentCmd(), newTemplateCmd())
+	client := &clientFlags{}
+	run, exec := newRunCmd(client), newExecCmd(client)
+	shell := newShellCmd(client, "shell <sandbox-id>", "Open an interactive shell in a sandbox")
+	for _, cmd := range []*cobra.Command{run, exec, shell} {
+		client.bind(cmd)
+	}
+	root.AddCommand(newServeCmd(), newAgentCmd(), newTemplateCmd(),
+		newSandboxCmd(client), run, exec, shell, newFilesCmd(client), newKeysCmd())
 	return root
 }
 

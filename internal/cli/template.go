@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -23,7 +22,7 @@ func newTemplateCmd() *cobra.Command {
 		}
 		return filepath.Join(dataDir, "templates")
 	}
-	var force bool
+	var force, buildJSON bool
 	build := &cobra.Command{
 		Use:   "build <dir|name>",
 		Short: "Build a template from a directory with cubby-template.yaml, or a built-in by name",
@@ -38,11 +37,15 @@ func newTemplateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Printf("template %s (id %s) ready: %s, %.1f MiB\n", info.Name, info.ID, info.RootfsDir, float64(info.SizeBytes)/(1<<20))
+			if buildJSON {
+				return writeJSON(cmd.OutOrStdout(), info)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "template %s (id %s) ready: %s, %.1f MiB\n", info.Name, info.ID, info.RootfsDir, float64(info.SizeBytes)/(1<<20))
 			return nil
 		},
 	}
 	build.Flags().BoolVar(&force, "force", false, "rebuild even when an identical build exists")
+	build.Flags().BoolVar(&buildJSON, "json", false, "print the built template as JSON (build progress stays on stderr)")
 	var asJSON bool
 	list := &cobra.Command{
 		Use:   "list",
@@ -55,9 +58,9 @@ func newTemplateCmd() *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return json.NewEncoder(os.Stdout).Encode(infos)
+				return writeJSON(cmd.OutOrStdout(), infos)
 			}
-			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tID\tSIZE\tBUILT")
 			for _, i := range infos {
 				fmt.Fprintf(tw, "%s\t%s\t%.0f MiB\t%s\n", i.Name, i.ID, float64(i.SizeBytes)/(1<<20), i.BuiltAt.Format("2006-01-02 15:04"))

@@ -23,10 +23,10 @@ type fakeBackend struct {
 	mu        sync.Mutex
 	instances map[string]*backend.Instance
 	creates   []backend.CreateRequest
-	createErr error // returned by Create when set
-	noPause   bool  // Pause/Resume return ErrNotSupported
+	createErr error                            // returned by Create when set
+	noPause   bool                             // Pause/Resume return ErrNotSupported
 	pauseErr  func(backend.PauseOptions) error // when set and non-nil, Pause fails with it (sandbox keeps running)
-	resumeErr error // returned by Resume when set (sandbox stays paused)
+	resumeErr error                            // returned by Resume when set (sandbox stays paused)
 	pauses    []backend.PauseOptions
 	resumes   int // successful Resume calls
 	nextIP    int

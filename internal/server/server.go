@@ -229,7 +229,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 }
 
 func newBackend(ctx context.Context, cfg Config, log *slog.Logger) (*local.Backend, error) {
-	nm, err := network.New(network.Config{Bridge: cfg.Bridge, Subnet: cfg.Subnet}, log.With("component", "network"))
+	nm, err := network.New(network.Config{Bridge: cfg.Bridge, Subnet: cfg.Subnet, Prefix: cfg.Bridge + "-"}, log.With("component", "network"))
 	if err != nil {
 		return nil, fmt.Errorf("network: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -379,4 +380,54 @@ func TestKilledWhileServerDown(t *testing.T) {
 	s.start()
 	s.wantGone(t, a.ID)
 	s.wantGone(t, b.ID)
+}
+
+// TestPausedNetworkRebuilt: a sandbox paused to disk whose network namespace and
+// veth vanished (swept by another process, or a host reboot) gets a new network
+// when it resumes, keeps blocking the internet when created without it, and
+// releases its no-internet set membership when killed.
+func TestPausedNetworkRebuilt(t *testing.T) {
+	s := startServer(t)
+	sb := s.create(t, map[string]any{"timeout": 600, "allow_internet_access": false})
+	ctx := ctxT(t, 2*time.Minute)
+	sb.mustRun(ctx, t, `echo kept > /home/user/kept && echo ok`, "ok\n")
+	addr := func() netip.Addr {
+		out := sb.mustRun(ctx, t, `hostname -I | cut -d' ' -f1`, "")
+		a, err := netip.ParseAddr(strings.TrimSpace(out))
+		if err != nil {
+			t.Fatalf("sandbox address %q: %v", out, err)
+		}
+		return a
+	}
+	before := addr()
+	if r := s.resources(t, sb.ID, before); !r.NoInternet {
+		t.Fatalf("no-internet sandbox not in the set: %s", r)
+	}
+	sb.pause(t, map[string]any{"memory": false})
+	s.wantStopped(t, sb.ID)
+	r := s.resources(t, sb.ID, before)
+	for _, ns := range r.Netns {
+		if err := exec.Command("umount", ns).Run(); err != nil {
+			t.Fatalf("umount %s: %v", ns, err)
+		}
+		_ = os.Remove(ns)
+	}
+	for _, v := range r.Veths {
+		_ = exec.Command("ip", "link", "del", v).Run() // gone with its netns already, usually
+	}
+	if code := sb.connect(t, 600); code != 201 {
+		t.Fatalf("resume without its network = %d\n%s", code, s.log())
+	}
+	sb.mustRun(ctx, t, `cat /home/user/kept`, "kept\n")
+	after := addr()
+	if r := s.resources(t, sb.ID, after); !r.NoInternet || len(r.Netns) != 1 || len(r.Veths) != 1 {
+		t.Fatalf("rebuilt network: %s", r)
+	}
+	if code := s.api("DELETE", "/sandboxes/"+sb.ID, nil, nil); code != 204 {
+		t.Fatalf("kill: %d", code)
+	}
+	s.wantGone(t, sb.ID)
+	if r := s.resources(t, sb.ID, after); r.NoInternet {
+		t.Fatalf("killed sandbox still in the no-internet set: %s", r)
+	}
 }

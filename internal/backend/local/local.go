@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/agentapi"
@@ -47,6 +48,7 @@ type Backend struct {
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
+	closed    atomic.Bool // set by Close: exit watchers no longer act
 }
 
 // sandbox is what the backend remembers about one instance; it is also persisted
@@ -184,8 +186,12 @@ func (b *Backend) Lookup(_ context.Context, id string) (backend.Instance, error)
 	return s.instance(), nil
 }
 
-// Close implements backend.Backend; sandboxes keep running.
-func (b *Backend) Close() error { return nil }
+// Close implements backend.Backend; sandboxes keep running. Afterwards the backend
+// no longer reacts to sandboxes exiting (a later backend re-adopts them).
+func (b *Backend) Close() error {
+	b.closed.Store(true)
+	return nil
+}
 
 var _ backend.Backend = (*Backend)(nil)
 

@@ -22,15 +22,6 @@ const (
 	checkpointDoneName = ".cubby-complete"
 )
 
-// checkpointer is the optional runtime capability used for backend.PauseCheckpoint
-// (the same method set as runtime.Checkpointer): Checkpoint saves memory and
-// filesystem state to imageDir and stops the container; Restore runs it again from
-// the bundle and the image, processes intact.
-type checkpointer interface {
-	Checkpoint(ctx context.Context, id, imageDir string) error
-	Restore(ctx context.Context, id, bundle, imageDir, logPath string) error
-}
-
 func (b *Backend) checkpointDir(id string) string {
 	return filepath.Join(b.sandboxDir(id), checkpointDirName)
 }
@@ -77,7 +68,7 @@ func (b *Backend) Pause(ctx context.Context, id string, opts backend.PauseOption
 	if err != nil {
 		return "", err
 	}
-	cp, canCheckpoint := rt.(checkpointer)
+	cp, canCheckpoint := rt.(runtime.Checkpointer)
 	switch {
 	case !opts.KeepMemory:
 		err = b.pauseFilesystem(ctx, s, rt)
@@ -130,13 +121,10 @@ func (b *Backend) pauseFilesystem(ctx context.Context, s *sandbox, rt runtime.Ru
 
 // pauseCheckpoint saves the container with the runtime's checkpoint, then deletes
 // the stopped container and unmounts the root filesystem.
-func (b *Backend) pauseCheckpoint(ctx context.Context, s *sandbox, rt runtime.Runtime, cp checkpointer) error {
+func (b *Backend) pauseCheckpoint(ctx context.Context, s *sandbox, rt runtime.Runtime, cp runtime.Checkpointer) error {
 	img := b.checkpointDir(s.ID)
-	if err := os.RemoveAll(img); err != nil {
-		return fmt.Errorf("clear checkpoint dir: %w", err)
-	}
-	if err := os.MkdirAll(img, 0o700); err != nil {
-		return fmt.Errorf("create checkpoint dir: %w", err)
+	if err := emptyDir(img); err != nil {
+		return fmt.Errorf("prepare checkpoint dir: %w", err)
 	}
 	s.PauseMode = backend.PauseCheckpoint // intent; Paused stays false until complete
 	if err := b.saveState(s); err != nil {
@@ -172,7 +160,7 @@ func (b *Backend) pauseCheckpoint(ctx context.Context, s *sandbox, rt runtime.Ru
 // disk is kept and a later resume or kill handles it.
 func (b *Backend) undoStop(ctx context.Context, s *sandbox, rt runtime.Runtime, cause error) error {
 	ctx = context.WithoutCancel(ctx)
-	_ = os.RemoveAll(b.checkpointDir(s.ID))
+	_ = emptyDir(b.checkpointDir(s.ID))
 	st, err := rt.State(ctx, s.ID)
 	if err == nil && st.Status == runtime.StatusPaused {
 		err = rt.Resume(ctx, s.ID)
@@ -229,7 +217,7 @@ func (b *Backend) Resume(ctx context.Context, id string) (backend.Instance, erro
 		return backend.Instance{}, fmt.Errorf("resume %s: %w", id, err)
 	}
 	if mode == backend.PauseCheckpoint {
-		_ = os.RemoveAll(b.checkpointDir(id))
+		_ = emptyDir(b.checkpointDir(id))
 	}
 	b.log.Info("sandbox resumed", "sandbox", id, "mode", mode, "took", time.Since(start))
 	return s.instance(), nil
@@ -261,7 +249,7 @@ func (b *Backend) restart(ctx context.Context, s *sandbox, rt runtime.Runtime) (
 
 // restore runs a checkpointed sandbox again from its image.
 func (b *Backend) restore(ctx context.Context, s *sandbox, rt runtime.Runtime) (err error) {
-	cp, ok := rt.(checkpointer)
+	cp, ok := rt.(runtime.Checkpointer)
 	if !ok {
 		return fmt.Errorf("runtime %s cannot restore: %w", rt.Name(), backend.ErrNotSupported)
 	}
@@ -318,4 +306,22 @@ func (b *Backend) unwindStart(ctx context.Context, s *sandbox, rt runtime.Runtim
 	if err := b.rootfs.Unmount(ctx, b.sandboxDir(s.ID)); err != nil {
 		b.log.Warn("unmount rootfs after failed start", "sandbox", s.ID, "err", err)
 	}
+}
+
+// emptyDir creates dir if needed and removes everything inside it (the directory
+// itself stays: it may be a mount point).
+func emptyDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -137,7 +137,7 @@ func (b *Backend) adoptContainer(s *sandbox, c container) (bool, error) {
 	}
 	if s.PauseMode == backend.PauseCheckpoint {
 		b.log.Info("checkpoint interrupted by the restart; sandbox keeps running", "sandbox", s.ID)
-		_ = os.RemoveAll(b.checkpointDir(s.ID))
+		_ = emptyDir(b.checkpointDir(s.ID))
 	}
 	s.Paused = c.state.Status == runtime.StatusPaused
 	s.PauseMode = ""

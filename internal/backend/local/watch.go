@@ -49,6 +49,9 @@ func (b *Backend) awaitExit(s *sandbox, fd, gen int) {
 			return
 		}
 	}
+	if b.closed.Load() {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b.mu.Lock()

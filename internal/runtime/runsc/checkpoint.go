@@ -20,8 +20,8 @@ import (
 // root filesystem, which must be unchanged at Restore.
 //
 // If the checkpoint fails (e.g. ENOSPC on imageDir) the container is resumed and
-// keeps running (a plain `runsc checkpoint` would leave a dead sandbox behind), and
-// the error carries runsc's message. Errors wrap runtime.ErrNotFound for unknown
+// keeps running (a plain `runsc checkpoint` would leave a dead sandbox behind),
+// imageDir may hold a partial image, and the error carries runsc's message. Errors wrap runtime.ErrNotFound for unknown
 // containers.
 func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string) error {
 	st, err := r.State(ctx, id)
@@ -47,7 +47,7 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string) error {
 		}
 		return err
 	}
-	if err := r.destroy(ctx, st, true); err != nil {
+	if err := r.destroy(ctx, st); err != nil {
 		return fmt.Errorf("runsc checkpoint %s: saved, but: %w", id, err)
 	}
 	r.restoreNet(st.Bundle)

@@ -233,16 +233,16 @@ func (r *Runtime) Kill(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("runsc kill %s: %w", id, err)
 	}
-	if err := r.destroy(ctx, st, true); err != nil {
+	if err := r.destroy(ctx, st); err != nil {
 		return err
 	}
 	r.restoreNet(st.Bundle)
 	return nil
 }
 
-// destroy deletes the container (with --force when force) and waits until its
-// sandbox process has exited.
-func (r *Runtime) destroy(ctx context.Context, st runtime.State, force bool) error {
+// destroy runs `runsc delete --force` and waits until the sandbox process has
+// exited.
+func (r *Runtime) destroy(ctx context.Context, st runtime.State) error {
 	pidfd := -1
 	if st.Pid > 0 {
 		fd, err := unix.PidfdOpen(st.Pid, 0)
@@ -254,11 +254,7 @@ func (r *Runtime) destroy(ctx context.Context, st runtime.State, force bool) err
 			defer unix.Close(pidfd)
 		}
 	}
-	args := []string{"delete", st.ID}
-	if force {
-		args = []string{"delete", "--force", st.ID}
-	}
-	if _, err := r.run(ctx, args...); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+	if _, err := r.run(ctx, "delete", "--force", st.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		return fmt.Errorf("runsc kill %s: %w", st.ID, err)
 	}
 	if pidfd >= 0 {

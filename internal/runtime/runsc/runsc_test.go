@@ -305,3 +305,37 @@ func dirSize(dir string) int64 {
 	}
 	return n
 }
+
+// TestKillExited checks Kill of a container whose init has exited on its own.
+func TestKillExited(t *testing.T) {
+	ctx := context.Background()
+	e := setup(t)
+	sb := e.start(t, oci.Options{Args: shell("echo done")})
+	waitLog(t, sb, "done")
+	waitFor(t, "the container to stop", func() bool {
+		st, err := e.rt.State(ctx, sb.id)
+		return err == nil && st.Status == runtime.StatusStopped && st.Pid == 0
+	})
+	if err := e.rt.Kill(ctx, sb.id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.rt.State(ctx, sb.id); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("State after Kill: %v", err)
+	}
+}
+
+// TestDebugLogs checks that Options.Debug makes runsc write its debug logs.
+func TestDebugLogs(t *testing.T) {
+	e := setup(t)
+	dir := filepath.Join(e.base, "debug")
+	e.rt = New(e.rt.binary, e.state, Options{Debug: true, DebugLogDir: dir}, nil)
+	sb := e.start(t, oci.Options{Args: []string{"sleep", "1000"}})
+	if err := e.rt.Kill(context.Background(), sb.id); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"create", "boot", "gofer", "delete"} {
+		if m, _ := filepath.Glob(filepath.Join(dir, "*."+cmd+".txt")); len(m) == 0 {
+			t.Errorf("no %s debug log in %s", cmd, dir)
+		}
+	}
+}

@@ -98,21 +98,10 @@ export async function runOk(sbx, code, opts) {
   return execution
 }
 
-/** Asserts |actual - expected| <= eps for numbers. */
-export function assertClose(actual, expected, eps, what) {
-  assert.equal(typeof actual, 'number', `${what}: ${JSON.stringify(actual)} is not a number`)
-  assert.ok(Math.abs(actual - expected) <= eps, `${what}: ${actual} is not within ${eps} of ${expected}`)
-}
-
 /** Asserts that `obj` has every key of `keys` (a value of null counts). */
 export function assertKeys(obj, keys, what) {
   const missing = keys.filter((k) => !(k in obj))
   assert.deepEqual(missing, [], `${what} lacks keys ${missing.join(', ')}: ${JSON.stringify(obj)}`)
-}
-
-/** Resolves after `ms` milliseconds. */
-export function sleep(ms) {
-  return new Promise((resolve) => setTimeout(resolve, ms))
 }
 
 /** Keys every chart of a type must carry, null allowed (E2B wire §4.4). */

@@ -1,0 +1,163 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cubby-dev/cubby/internal/controlplane"
+	"github.com/cubby-dev/cubby/internal/store"
+)
+
+// keyJSON is the --json form of an API key record (never the key itself,
+// except once in the output of create).
+type keyJSON struct {
+	ID         string     `json:"id"`
+	Name       string     `json:"name"`
+	Mask       string     `json:"mask"`
+	CreatedAt  time.Time  `json:"createdAt"`
+	LastUsedAt *time.Time `json:"lastUsedAt"`
+	RevokedAt  *time.Time `json:"revokedAt"`
+	Key        string     `json:"key,omitempty"`
+}
+
+func toKeyJSON(k store.APIKey) keyJSON {
+	opt := func(t time.Time) *time.Time {
+		if t.IsZero() {
+			return nil
+		}
+		return &t
+	}
+	return keyJSON{ID: k.ID, Name: k.Name, Mask: k.Mask, CreatedAt: k.CreatedAt, LastUsedAt: opt(k.LastUsedAt), RevokedAt: opt(k.RevokedAt)}
+}
+
+// newKeysCmd is `cubby keys`: API keys are managed on the server host, in the
+// server's database, because the E2B API has no endpoint for them.
+func newKeysCmd() *cobra.Command {
+	var dataDir string
+	cmd := &cobra.Command{
+		Use:   "keys",
+		Short: "Create, list and revoke API keys (on the server host)",
+		Long: `Manage the API keys of a Cubby server. There is no API endpoint for keys: run
+these commands on the server host, as a user that can write the server's data
+directory (--data-dir, as given to cubby serve). They take effect at once, also
+while the server runs. A new key is printed once; only its hash is stored.`,
+	}
+	cmd.PersistentFlags().StringVar(&dataDir, "data-dir", "/var/lib/cubby", "server data directory (holds cubby.db)")
+	cmd.AddCommand(newKeysCreateCmd(&dataDir), newKeysListCmd(&dataDir), newKeysRevokeCmd(&dataDir))
+	return cmd
+}
+
+// withKeys opens the server database in dataDir and runs f with a control
+// plane that can only manage keys. create allows creating a missing database.
+func withKeys(ctx context.Context, dataDir string, create bool, f func(*controlplane.Service) error) error {
+	st, err := os.Stat(dataDir)
+	if err != nil || !st.IsDir() {
+		return fmt.Errorf("data directory %s not found: pass the --data-dir given to cubby serve", dataDir)
+	}
+	dbPath := filepath.Join(dataDir, "cubby.db")
+	if _, err := os.Stat(dbPath); err != nil && !create {
+		return fmt.Errorf("no Cubby database at %s: pass the --data-dir given to cubby serve", dbPath)
+	}
+	db, err := store.Open(ctx, dbPath)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	svc, err := controlplane.New(controlplane.Config{}, controlplane.Deps{Store: db})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = svc.Shutdown(context.WithoutCancel(ctx)) }()
+	return f(svc)
+}
+
+func newKeysCreateCmd(dataDir *string) *cobra.Command {
+	var name string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "create",
+		Short: "Create an API key and print it (shown only this once)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withKeys(cmd.Context(), *dataDir, true, func(svc *controlplane.Service) error {
+				key, rec, err := svc.CreateAPIKey(cmd.Context(), name)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					kj := toKeyJSON(rec)
+					kj.Key = key
+					return writeJSON(cmd.OutOrStdout(), kj)
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), key)
+				fmt.Fprintf(cmd.ErrOrStderr(), "API key %s (%s) created; it is shown only now: export E2B_API_KEY=%s\n", rec.ID, rec.Name, key)
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&name, "name", "cli", "name of the key, for your records")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (including the key)")
+	return cmd
+}
+
+func newKeysListCmd(dataDir *string) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List API keys (masked), revoked ones included",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withKeys(cmd.Context(), *dataDir, false, func(svc *controlplane.Service) error {
+				keys, err := svc.ListAPIKeys(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					out := make([]keyJSON, len(keys))
+					for i, k := range keys {
+						out[i] = toKeyJSON(k)
+					}
+					return writeJSON(cmd.OutOrStdout(), out)
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tNAME\tKEY\tCREATED\tLAST USED\tREVOKED")
+				for _, k := range keys {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.Mask, shortTime(k.CreatedAt),
+						shortTime(k.LastUsedAt), shortTime(k.RevokedAt))
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func newKeysRevokeCmd(dataDir *string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "revoke <key-id>",
+		Short: "Revoke an API key; it stops working at once",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withKeys(cmd.Context(), *dataDir, false, func(svc *controlplane.Service) error {
+				err := svc.RevokeAPIKey(cmd.Context(), args[0])
+				if errors.Is(err, controlplane.ErrKeyNotFound) {
+					return fmt.Errorf("no API key with ID %s: `cubby keys list` shows the IDs", args[0])
+				}
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), "revoked", args[0])
+				return nil
+			})
+		},
+	}
+}

@@ -1,0 +1,423 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
+
+	"github.com/cubby-dev/cubby/internal/agentapi"
+	"github.com/cubby-dev/cubby/internal/backend"
+	"github.com/cubby-dev/cubby/internal/backend/local"
+	"github.com/cubby-dev/cubby/internal/backend/local/leaks"
+	"github.com/cubby-dev/cubby/internal/envdpb/process"
+	"github.com/cubby-dev/cubby/internal/envdpb/process/processconnect"
+	"github.com/cubby-dev/cubby/internal/network"
+	"github.com/cubby-dev/cubby/internal/rootfs"
+	"github.com/cubby-dev/cubby/internal/runtime"
+	"github.com/cubby-dev/cubby/internal/runtime/runsc"
+	"github.com/cubby-dev/cubby/internal/template"
+)
+
+// gvisorEnv drives the local backend directly with the gVisor runtime (the server
+// does not select runsc yet): the real agent binary, the base template, a bridge,
+// subnet and netns prefix of its own.
+type gvisorEnv struct {
+	t      *testing.T
+	dir    string
+	lower  string
+	net    *network.Manager
+	fs     *rootfs.Manager
+	rt     *runsc.Runtime
+	b      *local.Backend
+	prefix string
+}
+
+func newGvisorEnv(t *testing.T) *gvisorEnv {
+	t.Helper()
+	bin := os.Getenv("CUBBY_BIN")
+	if bin == "" || os.Geteuid() != 0 {
+		t.Skip("needs root and CUBBY_BIN; run through `make test-integration`")
+	}
+	wd, _ := os.Getwd()
+	runscBin := filepath.Join(wd, "..", "..", "bin", "runsc")
+	if p := os.Getenv("CUBBY_RUNSC"); p != "" {
+		runscBin = p
+	}
+	if _, err := os.Stat(runscBin); err != nil {
+		t.Skipf("gVisor tests need bin/runsc (`make runsc`): %v", err)
+	}
+	tdir := os.Getenv("CUBBY_TEMPLATES_DIR")
+	if tdir == "" {
+		tdir = filepath.Join(wd, "..", "..", ".cache", "templates")
+	}
+	info, err := template.NewManager(tdir, nil).Get("base")
+	if err != nil {
+		t.Skipf("base template not built in %s (`make templates`): %v", tdir, err)
+	}
+	suffix := randHex(2)
+	e := &gvisorEnv{t: t, dir: t.TempDir(), lower: info.RootfsDir, prefix: "cbg" + suffix + "-"}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	e.net, err = network.New(network.Config{
+		Bridge: "cbgv" + suffix, Subnet: mustPrefix(t, freeSubnet(t)), Prefix: e.prefix,
+	}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.net.Setup(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.net.Teardown(context.Background()); _ = e.net.Close() })
+	e.fs = rootfs.New(filepath.Join(e.dir, "disks"), log)
+	e.rt = runsc.New(runscBin, filepath.Join(e.dir, "runsc"), runsc.Options{}, log)
+	t.Cleanup(func() { _ = e.rt.ReleaseRoot() })
+	e.b = e.newBackend(bin, log)
+	return e
+}
+
+func (e *gvisorEnv) newBackend(bin string, log *slog.Logger) *local.Backend {
+	b, err := local.New(local.Config{Dir: filepath.Join(e.dir, "sandboxes"), AgentBinary: bin},
+		[]runtime.Runtime{e.rt}, e.net, e.fs, log)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return b
+}
+
+// gsandbox is a sandbox of the gVisor environment with an envd process client.
+type gsandbox struct {
+	id, token string
+	e         *gvisorEnv
+	proc      processconnect.ProcessClient
+}
+
+func (e *gvisorEnv) create(t *testing.T) *gsandbox {
+	t.Helper()
+	ctx := ctxT(t, 2*time.Minute)
+	sb := &gsandbox{id: "t" + randHex(10)[:19], token: randHex(16), e: e}
+	in, err := e.b.Create(ctx, backend.CreateRequest{
+		SandboxID: sb.id, RootfsDir: e.lower, CPUCount: 1, MemoryMB: 512, DiskSizeMB: 512,
+		Init: agentapi.InitRequest{AccessToken: sb.token, DefaultUser: "user", DefaultWorkdir: "/home/user"},
+	})
+	if err != nil {
+		t.Fatalf("create on runsc: %v", err)
+	}
+	sb.connect(in)
+	t.Cleanup(func() {
+		_ = e.b.Kill(context.Background(), sb.id)
+	})
+	return sb
+}
+
+// connect points the process client at the instance's address, over a new
+// connection pool (connections from before a pause do not survive it).
+func (sb *gsandbox) connect(in backend.Instance) {
+	hc := &http.Client{Transport: tokenTransport{sb.token, &http.Transport{}}}
+	sb.proc = processconnect.NewProcessClient(hc, fmt.Sprintf("http://%s:%d", in.Addr, agentapi.EnvdPort), connect.WithProtoJSON())
+}
+
+type tokenTransport struct {
+	token string
+	base  *http.Transport
+}
+
+func (tt tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("X-Access-Token", tt.token)
+	return tt.base.RoundTrip(r)
+}
+
+// run executes a bash command in the sandbox and fails unless it exits 0.
+func (sb *gsandbox) run(t *testing.T, cmd string) string {
+	t.Helper()
+	ctx := ctxT(t, time.Minute)
+	stdin := false
+	stream, err := sb.proc.Start(ctx, connect.NewRequest(&process.StartRequest{
+		Process: &process.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", cmd}}, Stdin: &stdin,
+	}))
+	if err != nil {
+		t.Fatalf("start %q: %v", cmd, err)
+	}
+	defer stream.Close()
+	var out strings.Builder
+	exit := int32(-100)
+	for stream.Receive() {
+		ev := stream.Msg().GetEvent()
+		if d := ev.GetData(); d != nil {
+			out.Write(d.GetStdout())
+			out.Write(d.GetStderr())
+		}
+		if end := ev.GetEnd(); end != nil {
+			exit = end.GetExitCode()
+		}
+	}
+	if err := stream.Err(); err != nil || exit != 0 {
+		t.Fatalf("%q: exit %d, %v, output %q", cmd, exit, err, out.String())
+	}
+	return out.String()
+}
+
+// pythonState starts a detached Python process holding a random token in a
+// variable and a counter it writes with the token to ~/py every 50 ms.
+func (sb *gsandbox) startPython(t *testing.T) {
+	t.Helper()
+	script := `import os, time
+token = os.urandom(8).hex()
+n = 0
+while True:
+    n += 1
+    with open('/home/user/py.tmp', 'w') as f:
+        f.write('%d %s %d' % (os.getpid(), token, n))
+    os.replace('/home/user/py.tmp', '/home/user/py')
+    time.sleep(0.05)
+`
+	sb.run(t, fmt.Sprintf("cat > /home/user/state.py <<'EOF'\n%sEOF\nsetsid python3 /home/user/state.py >/dev/null 2>&1 </dev/null & while [ ! -s /home/user/py ]; do sleep 0.05; done", script))
+}
+
+// pythonSnapshot returns "pid token" and the counter of the Python process.
+func (sb *gsandbox) pythonSnapshot(t *testing.T) (string, int) {
+	t.Helper()
+	out := strings.Fields(sb.run(t, "cat /home/user/py"))
+	if len(out) != 3 {
+		t.Fatalf("py state = %q", out)
+	}
+	var n int
+	fmt.Sscan(out[2], &n)
+	return out[0] + " " + out[1], n
+}
+
+// waitCounterPast waits until the Python counter exceeds n (the process runs).
+func (sb *gsandbox) waitCounterPast(t *testing.T, id string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got, m := sb.pythonSnapshot(t)
+		if got != id {
+			t.Fatalf("python process changed: %q, want %q", got, id)
+		}
+		if m > n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("python counter stuck at %d", m)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (e *gvisorEnv) leakOptions() leaks.Options {
+	return leaks.Options{
+		SandboxesDir: filepath.Join(e.dir, "sandboxes"),
+		RuntimeRoots: []string{filepath.Join(e.dir, "runsc")},
+	}
+}
+
+// settle re-scans id until ok accepts its resources (bounded wait).
+func (e *gvisorEnv) settle(t *testing.T, id, what string, ok func(leaks.Resources) bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r, err := leaks.Scan(e.leakOptions(), id, netipZero)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok(r) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gVisor sandbox %s %s: %s", id, what, r)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func stoppedOnDisk(r leaks.Resources) bool {
+	return !r.Running() && r.Dir && len(r.Netns) == 1 && len(r.Veths) == 1
+}
+
+// TestGVisorCheckpointCycles: pause on gVisor checkpoints to disk and frees the
+// container (no runsc process, state, cgroup or mount left); every resume restores
+// the same Python process with its variables and counter, and the files written
+// each cycle (CUBBY_PAUSE_CYCLES, default 10; the issue's bar is 100). A pause with
+// memory=false on gVisor is a filesystem pause.
+func TestGVisorCheckpointCycles(t *testing.T) {
+	e := newGvisorEnv(t)
+	sb := e.create(t)
+	ctx := ctxT(t, 30*time.Minute)
+	sb.startPython(t)
+	proc, n := sb.pythonSnapshot(t)
+	for i := 1; i <= pauseCycles(t); i++ {
+		sb.run(t, fmt.Sprintf("echo c%d > /home/user/c%d", i, i))
+		mode, err := e.b.Pause(ctx, sb.id, backend.PauseOptions{KeepMemory: true})
+		if err != nil || mode != backend.PauseCheckpoint {
+			t.Fatalf("cycle %d: pause = %q, %v", i, mode, err)
+		}
+		e.settle(t, sb.id, "checkpointed holds", stoppedOnDisk)
+		if _, err := e.b.Pause(ctx, sb.id, backend.PauseOptions{KeepMemory: true}); !errors.Is(err, backend.ErrPaused) {
+			t.Fatalf("second pause: %v", err)
+		}
+		in, err := e.b.Resume(ctx, sb.id)
+		if err != nil || in.Paused {
+			t.Fatalf("cycle %d: resume = %+v, %v", i, in, err)
+		}
+		sb.connect(in)
+		sb.waitCounterPast(t, proc, n)
+		_, n = sb.pythonSnapshot(t)
+		want := ""
+		for j := 1; j <= i; j++ {
+			want += fmt.Sprintf("c%d\n", j)
+		}
+		if got := sb.run(t, "cat $(ls -v /home/user/c*)"); got != want {
+			t.Fatalf("cycle %d: files %q, want %q", i, got, want)
+		}
+	}
+
+	mode, err := e.b.Pause(ctx, sb.id, backend.PauseOptions{KeepMemory: false})
+	if err != nil || mode != backend.PauseFilesystem {
+		t.Fatalf("memory=false pause on gVisor = %q, %v", mode, err)
+	}
+	e.settle(t, sb.id, "filesystem-paused holds", stoppedOnDisk)
+	in, err := e.b.Resume(ctx, sb.id)
+	if err != nil {
+		t.Fatalf("resume from filesystem pause: %v", err)
+	}
+	sb.connect(in)
+	if got := sb.run(t, "cat /home/user/c1; pgrep -f '[s]tate[.]py' || echo none"); got != "c1\nnone\n" {
+		t.Fatalf("after filesystem pause: %q (files kept, Python gone expected)", got)
+	}
+	// Killing a checkpointed sandbox frees its image with everything else.
+	if _, err := e.b.Pause(ctx, sb.id, backend.PauseOptions{KeepMemory: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.b.Kill(ctx, sb.id); err != nil {
+		t.Fatal(err)
+	}
+	e.settle(t, sb.id, "leaked", leaks.Resources.Empty)
+}
+
+// TestGVisorCheckpointDiskFull: a checkpoint that runs out of disk fails cleanly:
+// the sandbox keeps running with its process and state, and a later pause works.
+func TestGVisorCheckpointDiskFull(t *testing.T) {
+	e := newGvisorEnv(t)
+	sb := e.create(t)
+	ctx := ctxT(t, 5*time.Minute)
+	sb.startPython(t)
+	proc, n := sb.pythonSnapshot(t)
+	img := filepath.Join(e.dir, "sandboxes", sb.id, "checkpoint")
+	if err := os.MkdirAll(img, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", img, "tmpfs", 0, "size=256k"); err != nil {
+		t.Fatal(err)
+	}
+	mounted := true
+	t.Cleanup(func() {
+		if mounted {
+			_ = unix.Unmount(img, unix.MNT_DETACH)
+		}
+	})
+	if _, err := e.b.Pause(ctx, sb.id, backend.PauseOptions{KeepMemory: true}); err == nil {
+		t.Fatal("checkpoint into a 256 KiB tmpfs succeeded")
+	} else {
+		t.Logf("pause failed as expected: %v", err)
+	}
+	in, err := e.b.Lookup(ctx, sb.id)
+	if err != nil || in.Paused {
+		t.Fatalf("after failed pause: %+v, %v", in, err)
+	}
+	sb.connect(in)
+	sb.waitCounterPast(t, proc, n)
+	// runsc may still hold the partial image open: detach the full tmpfs lazily.
+	if err := unix.Unmount(img, unix.MNT_DETACH); err != nil {
+		t.Fatal(err)
+	}
+	mounted = false
+	if mode, err := e.b.Pause(ctx, sb.id, backend.PauseOptions{KeepMemory: true}); err != nil || mode != backend.PauseCheckpoint {
+		t.Fatalf("pause after freeing space = %q, %v", mode, err)
+	}
+	if in, err = e.b.Resume(ctx, sb.id); err != nil {
+		t.Fatal(err)
+	}
+	sb.connect(in)
+	_, n = sb.pythonSnapshot(t)
+	sb.waitCounterPast(t, proc, n)
+}
+
+// TestGVisorRecover: a new backend (as after SIGKILL of the server) re-adopts a
+// running, a checkpointed and a filesystem-paused gVisor sandbox with their true
+// state; the checkpointed one resumes with its Python process intact; killing
+// them all leaves nothing behind.
+func TestGVisorRecover(t *testing.T) {
+	e := newGvisorEnv(t)
+	ctx := ctxT(t, 5*time.Minute)
+	running, ckpt, fs := e.create(t), e.create(t), e.create(t)
+	for _, sb := range []*gsandbox{running, ckpt, fs} {
+		sb.run(t, "echo "+sb.id+" > /home/user/me")
+	}
+	ckpt.startPython(t)
+	proc, n := ckpt.pythonSnapshot(t)
+	if _, err := e.b.Pause(ctx, ckpt.id, backend.PauseOptions{KeepMemory: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.b.Pause(ctx, fs.id, backend.PauseOptions{KeepMemory: false}); err != nil {
+		t.Fatal(err)
+	}
+	_ = e.b.Close() // the old server is gone; its watchers stop acting
+	e.b = e.newBackend(os.Getenv("CUBBY_BIN"), slog.New(slog.DiscardHandler))
+	insts, err := e.b.Recover(ctx, []string{running.id, ckpt.id, fs.id})
+	if err != nil {
+		t.Fatalf("recover: %v", err)
+	}
+	got := map[string]backend.PauseMode{}
+	for _, in := range insts {
+		got[in.SandboxID] = in.PauseMode
+	}
+	want := map[string]backend.PauseMode{running.id: "", ckpt.id: backend.PauseCheckpoint, fs.id: backend.PauseFilesystem}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("recovered %v, want %v", got, want)
+	}
+	for _, in := range insts {
+		if in.SandboxID == running.id {
+			running.connect(in)
+		}
+	}
+	running.run(t, "cat /home/user/me")
+	for _, sb := range []*gsandbox{ckpt, fs} {
+		in, err := e.b.Resume(ctx, sb.id)
+		if err != nil {
+			t.Fatalf("resume %s after recovery: %v", sb.id, err)
+		}
+		sb.connect(in)
+		if got := sb.run(t, "cat /home/user/me"); got != sb.id+"\n" {
+			t.Fatalf("file after recovery: %q", got)
+		}
+	}
+	ckpt.waitCounterPast(t, proc, n)
+	for _, sb := range []*gsandbox{running, ckpt, fs} {
+		if err := e.b.Kill(ctx, sb.id); err != nil {
+			t.Fatal(err)
+		}
+		e.settle(t, sb.id, "leaked", leaks.Resources.Empty)
+	}
+}
+
+var netipZero netip.Addr
+
+func mustPrefix(t *testing.T, s string) netip.Prefix {
+	t.Helper()
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
