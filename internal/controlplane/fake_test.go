@@ -329,6 +329,23 @@ func (h *harness) create(body map[string]any) string {
 	return sb.SandboxID
 }
 
+// waitState waits (bounded) until the store records id in state; OnKill fires
+// before a kill is recorded.
+func (h *harness) waitState(id string, state store.State) store.Sandbox {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rec := h.record(id)
+		if rec.State == state {
+			return rec
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("sandbox %s is %s, want %s", id, rec.State, state)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // waitKilled waits (bounded) for OnKill to report id.
 func (h *harness) waitKilled(id string, within time.Duration) time.Time {
 	h.t.Helper()

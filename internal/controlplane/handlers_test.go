@@ -287,8 +287,8 @@ func TestTTLKill(t *testing.T) {
 	if killedAt.Before(end) {
 		t.Fatalf("killed at %v before deadline %v", killedAt, end)
 	}
-	rec := h.record(id)
-	if rec.State != store.StateKilled || rec.KillReason != reasonTimeout || h.fake.has(id) {
+	rec := h.waitState(id, store.StateKilled)
+	if rec.KillReason != reasonTimeout || h.fake.has(id) {
 		t.Fatalf("record after TTL = %+v", rec)
 	}
 	// A timeout of 0 kills at once.
@@ -353,7 +353,7 @@ func TestTTLPauseLifecycle(t *testing.T) {
 	h.fake.mu.Unlock()
 	id2 := h.create(map[string]any{"timeout": 1, "lifecycle": map[string]any{"onTimeout": "pause", "autoResume": false}})
 	h.waitKilled(id2, 10*time.Second)
-	if rec := h.record(id2); rec.State != store.StateKilled || rec.KillReason != reasonTimeout {
+	if rec := h.waitState(id2, store.StateKilled); rec.KillReason != reasonTimeout {
 		t.Fatalf("record = %+v", rec)
 	}
 }

@@ -104,6 +104,34 @@ func TestPauseFailureKeepsRunning(t *testing.T) {
 	}
 }
 
+// TestPauseFailureLeftPaused: when a failed pause leaves the sandbox paused in
+// the backend (it could not be restarted), the control plane records it paused
+// with the backend's mode instead of routing to a stopped sandbox.
+func TestPauseFailureLeftPaused(t *testing.T) {
+	h := newHarness(t, Config{})
+	id := h.create(map[string]any{"timeout": 600})
+	h.fake.mu.Lock()
+	h.fake.pauseErr = func(backend.PauseOptions) error {
+		in := h.fake.instances[id] // called with h.fake.mu held
+		in.Paused, in.PauseMode = true, backend.PauseFilesystem
+		return errors.New("checkpoint failed and the restart failed too")
+	}
+	h.fake.mu.Unlock()
+	wantError(t, h.do("POST", "/sandboxes/"+id+"/pause", nil), 500)
+	if d := h.detail(id); d.State != "paused" || d.PauseMode == nil || *d.PauseMode != "filesystem" {
+		t.Fatalf("detail = %+v", d)
+	}
+	if rt, _ := h.svc.Route(id); rt.Running || h.timerArmed(id) {
+		t.Fatalf("route = %+v, armed %v", rt, h.timerArmed(id))
+	}
+	h.fake.mu.Lock()
+	h.fake.pauseErr = nil
+	h.fake.mu.Unlock()
+	if r := h.do("POST", "/sandboxes/"+id+"/connect", nil); r.status != http.StatusCreated {
+		t.Fatalf("resume: %d %s", r.status, r.body)
+	}
+}
+
 // TestResumeFailureStaysPaused: a failed resume is a 500 and the sandbox stays
 // paused (and can be resumed later).
 func TestResumeFailureStaysPaused(t *testing.T) {

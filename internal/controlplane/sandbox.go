@@ -199,7 +199,8 @@ func alreadyPaused(id string) error {
 }
 
 // pauseLocked pauses sb; the caller holds sb.op. On a backend failure the sandbox
-// keeps running (the backend guarantees it) and its TTL stays armed.
+// normally keeps running and its TTL stays armed; if the backend reports it paused
+// after all (it could not bring it back), it is recorded paused.
 func (s *Service) pauseLocked(ctx context.Context, sb *sandbox, keepMemory bool) error {
 	s.mu.RLock()
 	running := sb.running()
@@ -208,16 +209,31 @@ func (s *Service) pauseLocked(ctx context.Context, sb *sandbox, keepMemory bool)
 		return alreadyPaused(sb.id)
 	}
 	mode, err := s.backend.Pause(ctx, sb.id, backend.PauseOptions{KeepMemory: keepMemory})
-	switch {
-	case errors.Is(err, backend.ErrNotFound):
+	if errors.Is(err, backend.ErrNotFound) {
 		s.loseLocked(ctx, sb)
 		return sandboxNotFound(sb.id)
-	case errors.Is(err, backend.ErrPaused):
-		return alreadyPaused(sb.id)
-	case err != nil:
+	}
+	if err != nil {
+		if in, lerr := s.backend.Lookup(ctx, sb.id); lerr == nil && in.Paused {
+			if rerr := s.recordPausedLocked(ctx, sb, in.PauseMode); rerr != nil {
+				s.log.Error("record paused state after a failed pause", "sandbox", sb.id, "err", rerr)
+			}
+		}
+		if errors.Is(err, backend.ErrPaused) {
+			return alreadyPaused(sb.id)
+		}
 		return fmt.Errorf("pause sandbox %s: %w", sb.id, err)
 	}
-	// Cut routes and connections first: the sandbox side answers 502 from now on.
+	if err := s.recordPausedLocked(ctx, sb, mode); err != nil {
+		return err
+	}
+	s.log.Info("sandbox paused", "sandbox", sb.id, "mode", mode)
+	return nil
+}
+
+// recordPausedLocked routes sb as paused (the sandbox side answers 502), stops
+// its TTL, records the pause and then cuts its open connections.
+func (s *Service) recordPausedLocked(ctx context.Context, sb *sandbox, mode backend.PauseMode) error {
 	s.mu.Lock()
 	sb.route.Running, sb.pauseMode = false, mode
 	if sb.timer != nil {
@@ -225,11 +241,11 @@ func (s *Service) pauseLocked(ctx context.Context, sb *sandbox, keepMemory bool)
 		sb.timer = nil
 	}
 	s.mu.Unlock()
+	err := s.store.MarkPaused(ctx, sb.id)
 	s.notifyKill(sb.id)
-	if err := s.store.MarkPaused(ctx, sb.id); err != nil {
+	if err != nil {
 		return fmt.Errorf("record pause of %s: %w", sb.id, err)
 	}
-	s.log.Info("sandbox paused", "sandbox", sb.id, "mode", mode)
 	return nil
 }
 

@@ -67,6 +67,12 @@ func (s *Service) expire(sb *sandbox) {
 // cannot pause at all, so the sandbox is killed as usual.
 func (s *Service) pauseAtDeadline(ctx context.Context, sb *sandbox) bool {
 	err := s.pauseLocked(ctx, sb, sb.autoPauseMemory)
+	s.mu.RLock()
+	running := sb.running()
+	s.mu.RUnlock()
+	if err != nil && !running {
+		return true // the failed pause left it paused (or it was killed meanwhile)
+	}
 	if err != nil && sb.autoPauseMemory && !errors.Is(err, backend.ErrNotSupported) {
 		s.log.Error("pause at deadline failed; trying a filesystem pause", "sandbox", sb.id, "err", err)
 		err = s.pauseLocked(ctx, sb, false)

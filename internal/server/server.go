@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync/atomic"
 	"time"
@@ -24,6 +25,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/rootfs"
 	"github.com/cubby-dev/cubby/internal/runtime"
 	"github.com/cubby-dev/cubby/internal/runtime/runc"
+	"github.com/cubby-dev/cubby/internal/runtime/runsc"
 	"github.com/cubby-dev/cubby/internal/store"
 	"github.com/cubby-dev/cubby/internal/template"
 )
@@ -37,6 +39,8 @@ type Config struct {
 	Bridge          string       // host bridge name, default "cubby0"
 	Subnet          netip.Prefix // sandbox addresses, default 10.77.0.0/16
 	RuncBinary      string       // default "runc" from PATH
+	RunscBinary     string       // gVisor runsc; default bin/runsc next to cubby, else PATH
+	Runtime         string       // default runtime of new sandboxes: "runc" (default) or "runsc"
 	DefaultTemplate string       // default "base"
 	EnvAPIKey       string       // CUBBY_API_KEY; accepted when set
 	Progress        io.Writer    // template build progress and the first API key; default os.Stderr
@@ -240,14 +244,65 @@ func newBackend(ctx context.Context, cfg Config, log *slog.Logger) (*local.Backe
 	if err != nil {
 		return nil, fmt.Errorf("locate cubby binary: %w", err)
 	}
-	rt := runc.New(cfg.RuncBinary, filepath.Join(cfg.DataDir, "runc"), log.With("component", "runc"))
+	rts, err := runtimes(cfg, exe, log)
+	if err != nil {
+		return nil, err
+	}
 	rm := rootfs.New(filepath.Join(cfg.DataDir, "cache", "disks"), log.With("component", "rootfs"))
 	b, err := local.New(local.Config{
 		Dir:         filepath.Join(cfg.DataDir, "sandboxes"),
 		AgentBinary: exe,
-	}, []runtime.Runtime{rt}, nm, rm, log.With("component", "backend"))
+	}, rts, nm, rm, log.With("component", "backend"))
 	if err != nil {
 		return nil, err
 	}
 	return b, nil
+}
+
+// runtimes returns the OCI runtimes the backend may use, the default first: runc
+// always; gVisor's runsc when its binary is found (--runsc, next to the cubby
+// binary, or on PATH). --runtime runsc without a runsc binary is an error.
+func runtimes(cfg Config, exe string, log *slog.Logger) ([]runtime.Runtime, error) {
+	rc := runc.New(cfg.RuncBinary, filepath.Join(cfg.DataDir, "runc"), log.With("component", "runc"))
+	var rs runtime.Runtime
+	if bin := findRunsc(cfg.RunscBinary, exe); bin != "" {
+		rs = runsc.New(bin, filepath.Join(cfg.DataDir, "runsc"), runsc.Options{}, log.With("component", "runsc"))
+	}
+	switch cfg.Runtime {
+	case "", "runc":
+		if rs != nil {
+			return []runtime.Runtime{rc, rs}, nil
+		}
+		return []runtime.Runtime{rc}, nil
+	case "runsc":
+		if rs == nil {
+			return nil, errors.New("--runtime runsc: no runsc binary found (build it with `make runsc`, or pass --runsc PATH)")
+		}
+		return []runtime.Runtime{rs, rc}, nil
+	default:
+		return nil, fmt.Errorf("--runtime %q: want runc or runsc", cfg.Runtime)
+	}
+}
+
+// findRunsc resolves the runsc binary: the flag's value, else bin/runsc next to
+// the cubby binary, else runsc on PATH; "" when there is none.
+func findRunsc(flag, exe string) string {
+	if flag != "" {
+		if p, err := exec.LookPath(flag); err == nil {
+			return p
+		}
+		return ""
+	}
+	if p := filepath.Join(filepath.Dir(exe), "runsc"); fileExists(p) {
+		return p
+	}
+	if p, err := exec.LookPath("runsc"); err == nil {
+		return p
+	}
+	return ""
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
 }

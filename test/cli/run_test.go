@@ -61,7 +61,7 @@ func TestRun(t *testing.T) {
 	}
 
 	// Code from stdin with --json; the sandbox run created is gone afterwards.
-	r = s.cli(t, runOpts{stdin: "import sys\nprint('to out')\nprint('to err', file=sys.stderr)\n'last'"}, "run", "--json", "-")
+	r = s.cli(t, runOpts{stdin: "import sys\nprint('to out')\nprint('to err', file=sys.stderr)\n3 * 14"}, "run", "--json", "-")
 	if r.code != 0 {
 		t.Fatalf("run --json -: %s", r)
 	}
@@ -76,7 +76,7 @@ func TestRun(t *testing.T) {
 		Error *struct{ Name string } `json:"error"`
 	}](t, r.stdout)
 	if strings.Join(got.Stdout, "") != "to out\n" || strings.Join(got.Stderr, "") != "to err\n" || got.Error != nil ||
-		len(got.Results) != 1 || got.Results[0].Text != "'last'" || !got.Results[0].IsMainResult {
+		len(got.Results) != 1 || got.Results[0].Text != "42" || !got.Results[0].IsMainResult {
 		t.Errorf("run --json: %+v", got)
 	}
 	if r := s.cli(t, runOpts{}, "sandbox", "info", got.SandboxID); r.code != 1 || !strings.Contains(r.stderr, "not found") {
