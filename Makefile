@@ -40,7 +40,7 @@ templates: build
 test-unit:
 	$(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v -e /test/ -e /sdk -e /examples/)
 
-test-integration: templates
+test-integration: templates runsc
 	CUBBY_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m ./test/integration/... ./test/cli/... ./sdk/... ./examples/go/...
 
 test-compat: templates
