@@ -32,6 +32,30 @@ func (e SandboxLifecycleOnTimeout) Valid() bool {
 	}
 }
 
+// Defines values for SandboxLogEntryLevel.
+const (
+	SandboxLogEntryLevelDebug SandboxLogEntryLevel = "debug"
+	SandboxLogEntryLevelError SandboxLogEntryLevel = "error"
+	SandboxLogEntryLevelInfo  SandboxLogEntryLevel = "info"
+	SandboxLogEntryLevelWarn  SandboxLogEntryLevel = "warn"
+)
+
+// Valid indicates whether the value is a known member of the SandboxLogEntryLevel enum.
+func (e SandboxLogEntryLevel) Valid() bool {
+	switch e {
+	case SandboxLogEntryLevelDebug:
+		return true
+	case SandboxLogEntryLevelError:
+		return true
+	case SandboxLogEntryLevelInfo:
+		return true
+	case SandboxLogEntryLevelWarn:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SandboxPauseMode.
 const (
 	Checkpoint SandboxPauseMode = "checkpoint"
@@ -245,6 +269,29 @@ type SandboxLifecycle struct {
 // SandboxLifecycleOnTimeout defines model for SandboxLifecycle.OnTimeout.
 type SandboxLifecycleOnTimeout string
 
+// SandboxLog defines model for SandboxLog.
+type SandboxLog struct {
+	Line      string    `json:"line"`
+	Timestamp time.Time `json:"timestamp"`
+}
+
+// SandboxLogEntry defines model for SandboxLogEntry.
+type SandboxLogEntry struct {
+	Fields    map[string]string    `json:"fields"`
+	Level     SandboxLogEntryLevel `json:"level"`
+	Message   string               `json:"message"`
+	Timestamp time.Time            `json:"timestamp"`
+}
+
+// SandboxLogEntryLevel defines model for SandboxLogEntry.Level.
+type SandboxLogEntryLevel string
+
+// SandboxLogs defines model for SandboxLogs.
+type SandboxLogs struct {
+	LogEntries []SandboxLogEntry `json:"logEntries"`
+	Logs       []SandboxLog      `json:"logs"`
+}
+
 // SandboxMetadata defines model for SandboxMetadata.
 type SandboxMetadata map[string]string
 
@@ -344,6 +391,15 @@ type ListSandboxesParams struct {
 	Metadata *MetadataFilter `form:"metadata,omitempty" json:"metadata,omitempty"`
 }
 
+// GetSandboxLogsParams defines parameters for GetSandboxLogs.
+type GetSandboxLogsParams struct {
+	// Start Unix milliseconds; only lines stamped at or after it. Default all.
+	Start *int64 `form:"start,omitempty" json:"start,omitempty"`
+
+	// Limit Maximum number of lines (the most recent ones); 0 or absent means 1000; at most 10000.
+	Limit *int32 `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
 // GetSandboxMetricsParams defines parameters for GetSandboxMetrics.
 type GetSandboxMetricsParams struct {
 	// Start Unix seconds; default the sandbox start.
@@ -417,6 +473,9 @@ type ServerInterface interface {
 	// ConnectSandbox Connect to a sandbox; resumes it when paused, extends its deadline when running.
 	// (POST /sandboxes/{sandboxID}/connect)
 	ConnectSandbox(w http.ResponseWriter, r *http.Request, sandboxID SandboxID)
+	// GetSandboxLogs The sandbox agent's log lines (bounded tail of its JSON logs), oldest first.
+	// (GET /sandboxes/{sandboxID}/logs)
+	GetSandboxLogs(w http.ResponseWriter, r *http.Request, sandboxID SandboxID, params GetSandboxLogsParams)
 	// GetSandboxMetrics Resource samples of a sandbox within [start, end] (unix seconds).
 	// (GET /sandboxes/{sandboxID}/metrics)
 	GetSandboxMetrics(w http.ResponseWriter, r *http.Request, sandboxID SandboxID, params GetSandboxMetricsParams)
@@ -562,6 +621,61 @@ func (siw *ServerInterfaceWrapper) ConnectSandbox(w http.ResponseWriter, r *http
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ConnectSandbox(w, r, sandboxID)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetSandboxLogs operation middleware
+func (siw *ServerInterfaceWrapper) GetSandboxLogs(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "sandboxID" -------------
+	var sandboxID SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "sandboxID", r.PathValue("sandboxID"), &sandboxID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "sandboxID", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetSandboxLogsParams
+
+	// ------------- Optional query parameter "start" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "start", r.URL.Query(), &params.Start, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "start"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "start", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: "int32"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetSandboxLogs(w, r, sandboxID, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -960,6 +1074,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/v2/sandboxes/{sandboxID}/connect", wrapper.ConnectSandboxV2)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/sandboxes/{sandboxID}/pause", wrapper.PauseSandbox)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/sandboxes/{sandboxID}/metrics", wrapper.GetSandboxMetrics)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/sandboxes/{sandboxID}/logs", wrapper.GetSandboxLogs)
 
 	return m
 }

@@ -91,6 +91,14 @@ type Stats struct {
 	DiskTotal  uint64  // bytes of the writable layer
 }
 
+// LogLine is one line of a sandbox's agent log.
+type LogLine struct {
+	// Timestamp is the line's own "time" field when it is a JSON log record,
+	// otherwise the log file's modification time.
+	Timestamp time.Time
+	Line      string // the raw line without its newline
+}
+
 // Backend runs sandboxes. Implementations are safe for concurrent use.
 type Backend interface {
 	// Create prepares the rootfs, network and cgroup, starts the agent, waits until it
@@ -111,6 +119,11 @@ type Backend interface {
 	// Stats samples the sandbox's cgroup and disk usage. A sandbox paused in
 	// PauseFilesystem or PauseCheckpoint mode has no cgroup: ErrPaused.
 	Stats(ctx context.Context, id string) (Stats, error)
+	// Logs returns the sandbox's agent log lines (its JSON slog output on
+	// stdout/stderr) stamped at or after since (zero = from the start), oldest
+	// first, at most limit of them (the most recent ones when more match). Only
+	// the log's tail (a bounded number of bytes) is read. Errors: ErrNotFound.
+	Logs(ctx context.Context, id string, since time.Time, limit int) ([]LogLine, error)
 	// Recover re-adopts sandboxes that survived a restart of the server. It is given
 	// the IDs the store believes are alive and returns those really alive, running
 	// or paused in any mode (a sandbox paused to disk has no container but is

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/store"
+	"github.com/cubby-dev/cubby/internal/telemetry"
 )
 
 // Config tunes the control plane. Zero fields take the documented defaults.
@@ -75,6 +76,8 @@ type Deps struct {
 	OnKill func(id string)
 	// Log receives operational logs; nil discards them.
 	Log *slog.Logger
+	// Metrics receives create latencies and kills (Prometheus); nil records nothing.
+	Metrics *telemetry.Metrics
 }
 
 // Service is the control plane. Its methods are safe for concurrent use.
@@ -85,6 +88,7 @@ type Service struct {
 	templates TemplateResolver
 	onKill    func(id string)
 	log       *slog.Logger
+	metrics   *telemetry.Metrics
 	ringSize  int
 
 	mu      sync.RWMutex
@@ -117,7 +121,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	ring := int(metricsRetention / cfg.MetricsInterval)
 	return &Service{
 		cfg: cfg, store: deps.Store, backend: deps.Backend, templates: deps.Templates,
-		onKill: deps.OnKill, log: log, ringSize: min(max(ring, 16), 4096),
+		onKill: deps.OnKill, log: log, metrics: deps.Metrics, ringSize: min(max(ring, 16), 4096),
 		live: map[string]*sandbox{}, bg: bg, cancel: cancel, lastTouch: map[string]time.Time{},
 	}, nil
 }
@@ -211,6 +215,7 @@ func (s *Service) recover(ctx context.Context) error {
 		in, ok := byID[r.ID]
 		if !ok {
 			s.log.Warn("sandbox lost across restart", "sandbox", r.ID)
+			s.metrics.SandboxKilled(killLabelLost)
 			if err := s.store.MarkKilled(ctx, r.ID, time.Now(), reasonLost); err != nil {
 				return fmt.Errorf("recover: %w", err)
 			}

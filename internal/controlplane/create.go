@@ -12,6 +12,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/api"
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/store"
+	"github.com/cubby-dev/cubby/internal/telemetry"
 )
 
 // Default sandbox TTLs (E2B wire §2.3): v1 create 15 s, v2 create and connect 300 s.
@@ -167,6 +168,7 @@ func (s *Service) create(ctx context.Context, sp createSpec) (store.Sandbox, err
 	if err != nil {
 		return store.Sandbox{}, fmt.Errorf("resolve template %q: %w", sp.template, err)
 	}
+	began := time.Now()
 	rec := s.newRecord(sp, ref)
 	if err := s.store.InsertSandbox(ctx, rec); err != nil {
 		return store.Sandbox{}, err
@@ -176,6 +178,7 @@ func (s *Service) create(ctx context.Context, sp createSpec) (store.Sandbox, err
 	in, err := s.backend.Create(bctx, s.createRequest(rec, ref, sp))
 	if err != nil {
 		s.failCreate(bctx, rec.ID, err)
+		s.metrics.ObserveCreate(ref.ID, telemetry.OutcomeError, time.Since(began))
 		return store.Sandbox{}, fmt.Errorf("create sandbox: %w", err)
 	}
 	rec.StartedAt = time.Now().UTC().Truncate(time.Millisecond)
@@ -183,16 +186,19 @@ func (s *Service) create(ctx context.Context, sp createSpec) (store.Sandbox, err
 	if err := s.store.MarkStarted(bctx, rec.ID, rec.Addr, rec.Runtime, rec.StartedAt, rec.EndAt); err != nil {
 		_ = s.backend.Kill(bctx, rec.ID)
 		s.failCreate(bctx, rec.ID, err)
+		s.metrics.ObserveCreate(ref.ID, telemetry.OutcomeError, time.Since(began))
 		return store.Sandbox{}, fmt.Errorf("record sandbox start: %w", err)
 	}
 	sb := newSandbox(rec, in, s.ringSize)
 	s.register(sb)
 	s.sampleOne(bctx, sb)
+	s.metrics.ObserveCreate(ref.ID, telemetry.OutcomeOK, time.Since(began))
 	s.log.Info("sandbox created", "sandbox", rec.ID, "template", ref.ID, "ttl", sp.ttl)
 	return rec, nil
 }
 
 func (s *Service) failCreate(ctx context.Context, id string, cause error) {
+	s.metrics.SandboxKilled(killLabelCreateFailed)
 	s.log.Error("sandbox create failed", "sandbox", id, "err", cause)
 	if err := s.store.MarkKilled(ctx, id, time.Now(), "create failed: "+cause.Error()); err != nil {
 		s.log.Error("record failed create", "sandbox", id, "err", err)

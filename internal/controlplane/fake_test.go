@@ -30,6 +30,7 @@ type fakeBackend struct {
 	pauses    []backend.PauseOptions
 	resumes   int // successful Resume calls
 	nextIP    int
+	logLines  []backend.LogLine // returned by Logs for every sandbox
 }
 
 func newFakeBackend() *fakeBackend {
@@ -150,6 +151,26 @@ func (f *fakeBackend) Recover(_ context.Context, known []string) ([]backend.Inst
 }
 
 func (f *fakeBackend) Close() error { return nil }
+
+// Logs returns the lines set in logLines for id (as the local backend would
+// after reading agent.log), filtered by since and limit the same way.
+func (f *fakeBackend) Logs(_ context.Context, id string, since time.Time, limit int) ([]backend.LogLine, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.instances[id]; !ok {
+		return nil, backend.ErrNotFound
+	}
+	out := []backend.LogLine{}
+	for _, l := range f.logLines {
+		if since.IsZero() || !l.Timestamp.Before(since) {
+			out = append(out, l)
+		}
+	}
+	if limit > 0 && len(out) > limit {
+		out = out[len(out)-limit:]
+	}
+	return out, nil
+}
 
 func (f *fakeBackend) has(id string) bool {
 	f.mu.Lock()

@@ -144,6 +144,7 @@ func (s *Service) kill(ctx context.Context, id, reason string) error {
 // sandbox stays killed; whatever the backend left behind is swept at the next start.
 func (s *Service) killLocked(ctx context.Context, sb *sandbox, reason string) error {
 	s.forget(sb)
+	s.metrics.SandboxKilled(killLabel(reason))
 	s.notifyKill(sb.id)
 	backendErr := s.backend.Kill(ctx, sb.id)
 	if backendErr != nil {
@@ -163,6 +164,7 @@ func (s *Service) killLocked(ctx context.Context, sb *sandbox, reason string) er
 // loseLocked records that the backend no longer runs sb; the caller holds sb.op.
 func (s *Service) loseLocked(ctx context.Context, sb *sandbox) {
 	s.forget(sb)
+	s.metrics.SandboxKilled(killLabelGone)
 	if err := s.store.MarkKilled(ctx, sb.id, time.Now(), reasonGone); err != nil && !errors.Is(err, store.ErrNotFound) {
 		s.log.Error("record lost sandbox", "sandbox", sb.id, "err", err)
 	}

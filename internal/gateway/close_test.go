@@ -219,7 +219,9 @@ func TestConcurrentNoLeak(t *testing.T) {
 				}
 				_, _ = io.Copy(io.Discard, resp.Body)
 				_ = resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
+				// 502: the request used an upstream connection that a concurrent
+				// CloseSandbox closed (the test keeps the sandboxes "running").
+				if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusBadGateway {
 					errs <- fmt.Errorf("status %d", resp.StatusCode)
 					return
 				}

@@ -9,11 +9,13 @@ import (
 	"github.com/cubby-dev/cubby/internal/controlplane"
 	"github.com/cubby-dev/cubby/internal/gateway"
 	"github.com/cubby-dev/cubby/internal/store"
+	"github.com/cubby-dev/cubby/internal/telemetry"
 	"github.com/cubby-dev/cubby/internal/template"
 )
 
 // ensureTemplate builds a built-in template on first start when it is missing.
-func ensureTemplate(ctx context.Context, tm *template.Manager, name string, progress io.Writer) error {
+// Each build is counted in cubby_template_builds_total.
+func ensureTemplate(ctx context.Context, tm *template.Manager, name string, progress io.Writer, tel *telemetry.Metrics) error {
 	if _, err := tm.Get(name); err == nil {
 		return nil
 	} else if !errors.Is(err, template.ErrNotFound) {
@@ -25,8 +27,10 @@ func ensureTemplate(ctx context.Context, tm *template.Manager, name string, prog
 	}
 	fmt.Fprintf(progress, "Template %q is not built yet; building it now (first start only).\n", name)
 	if _, err := tm.Build(ctx, def, progress, false); err != nil {
+		tel.TemplateBuilt(telemetry.OutcomeError)
 		return fmt.Errorf("build template %s: %w", name, err)
 	}
+	tel.TemplateBuilt(telemetry.OutcomeOK)
 	return nil
 }
 

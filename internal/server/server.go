@@ -1,6 +1,12 @@
 // Package server assembles `cubby serve`: the SQLite store, templates, the local
 // backend (runc, overlay rootfs, per-sandbox netns), the control plane (E2B REST
 // API) and the sandbox gateway, all on one listener.
+//
+// GET /metrics on that listener serves the server's Prometheus metrics (package
+// telemetry) without an API key, as scrapers expect; it reveals counts and
+// latencies, not sandbox IDs or secrets. Bind the listener to a trusted address
+// (the default is 127.0.0.1) or filter /metrics in a front proxy when the API is
+// public.
 package server
 
 import (
@@ -27,6 +33,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/runtime/runc"
 	"github.com/cubby-dev/cubby/internal/runtime/runsc"
 	"github.com/cubby-dev/cubby/internal/store"
+	"github.com/cubby-dev/cubby/internal/telemetry"
 	"github.com/cubby-dev/cubby/internal/template"
 )
 
@@ -154,18 +161,20 @@ type app struct {
 	control *controlplane.Service
 	gateway *gateway.Gateway
 	backend *local.Backend
+	metrics *telemetry.Metrics
 }
 
+// handler routes /health, GET /metrics (unauthenticated) and the API behind the
+// gateway; API requests are counted per route, sandbox-side ones per status class.
 func (a *app) handler() http.Handler {
-	api := a.control.Handler()
-	return a.gateway.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/health" {
-			w.WriteHeader(http.StatusOK)
-			_, _ = io.WriteString(w, "ok")
-			return
-		}
-		api.ServeHTTP(w, r)
-	}))
+	mux := http.NewServeMux()
+	mux.HandleFunc("/health", func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, "ok")
+	})
+	mux.Handle("GET /metrics", a.metrics.Handler())
+	mux.Handle("/", a.control.Handler())
+	return a.metrics.InstrumentGateway(a.gateway.Handler(a.metrics.InstrumentAPI(mux)))
 }
 
 func (a *app) close() {
@@ -178,7 +187,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	a := &app{store: st}
+	a := &app{store: st, metrics: telemetry.New()}
 	ok := false
 	defer func() {
 		if !ok {
@@ -186,7 +195,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 		}
 	}()
 	tm := template.NewManager(cfg.TemplatesDir, log.With("component", "template"))
-	if err := ensureTemplate(ctx, tm, cfg.DefaultTemplate, cfg.Progress); err != nil {
+	if err := ensureTemplate(ctx, tm, cfg.DefaultTemplate, cfg.Progress, a.metrics); err != nil {
 		return nil, err
 	}
 	b, err := newBackend(ctx, cfg, log)
@@ -212,12 +221,16 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 				gwRef.CloseSandbox(id)
 			}
 		},
-		Log: log.With("component", "controlplane"),
+		Log:     log.With("component", "controlplane"),
+		Metrics: a.metrics,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("control plane: %w", err)
 	}
 	a.control = cp
+	if err := a.metrics.WatchStates(cp); err != nil {
+		return nil, err
+	}
 	gwRef = gateway.New(routes{cp}, gateway.Config{Domain: cfg.Domain}, log.With("component", "gateway"))
 	a.gateway = gwRef
 	if err := cp.Start(ctx); err != nil {

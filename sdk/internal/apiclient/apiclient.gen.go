@@ -35,6 +35,30 @@ func (e SandboxLifecycleOnTimeout) Valid() bool {
 	}
 }
 
+// Defines values for SandboxLogEntryLevel.
+const (
+	SandboxLogEntryLevelDebug SandboxLogEntryLevel = "debug"
+	SandboxLogEntryLevelError SandboxLogEntryLevel = "error"
+	SandboxLogEntryLevelInfo  SandboxLogEntryLevel = "info"
+	SandboxLogEntryLevelWarn  SandboxLogEntryLevel = "warn"
+)
+
+// Valid indicates whether the value is a known member of the SandboxLogEntryLevel enum.
+func (e SandboxLogEntryLevel) Valid() bool {
+	switch e {
+	case SandboxLogEntryLevelDebug:
+		return true
+	case SandboxLogEntryLevelError:
+		return true
+	case SandboxLogEntryLevelInfo:
+		return true
+	case SandboxLogEntryLevelWarn:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SandboxPauseMode.
 const (
 	Checkpoint SandboxPauseMode = "checkpoint"
@@ -248,6 +272,29 @@ type SandboxLifecycle struct {
 // SandboxLifecycleOnTimeout defines model for SandboxLifecycle.OnTimeout.
 type SandboxLifecycleOnTimeout string
 
+// SandboxLog defines model for SandboxLog.
+type SandboxLog struct {
+	Line      string    `json:"line"`
+	Timestamp time.Time `json:"timestamp"`
+}
+
+// SandboxLogEntry defines model for SandboxLogEntry.
+type SandboxLogEntry struct {
+	Fields    map[string]string    `json:"fields"`
+	Level     SandboxLogEntryLevel `json:"level"`
+	Message   string               `json:"message"`
+	Timestamp time.Time            `json:"timestamp"`
+}
+
+// SandboxLogEntryLevel defines model for SandboxLogEntry.Level.
+type SandboxLogEntryLevel string
+
+// SandboxLogs defines model for SandboxLogs.
+type SandboxLogs struct {
+	LogEntries []SandboxLogEntry `json:"logEntries"`
+	Logs       []SandboxLog      `json:"logs"`
+}
+
 // SandboxMetadata defines model for SandboxMetadata.
 type SandboxMetadata map[string]string
 
@@ -345,6 +392,15 @@ type ListSandboxesParams struct {
 	// URL-encoded, the pairs are joined as a query string and the result is
 	// URL-encoded again as one parameter (E2B wire §2.4).
 	Metadata *MetadataFilter `form:"metadata,omitempty" json:"metadata,omitempty"`
+}
+
+// GetSandboxLogsParams defines parameters for GetSandboxLogs.
+type GetSandboxLogsParams struct {
+	// Start Unix milliseconds; only lines stamped at or after it. Default all.
+	Start *int64 `form:"start,omitempty" json:"start,omitempty"`
+
+	// Limit Maximum number of lines (the most recent ones); 0 or absent means 1000; at most 10000.
+	Limit *int32 `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
 // GetSandboxMetricsParams defines parameters for GetSandboxMetrics.
@@ -520,6 +576,11 @@ type ClientInterface interface {
 	// Corresponds with POST /sandboxes/{sandboxID}/connect (the `ConnectSandbox` operationId).
 	ConnectSandbox(ctx context.Context, sandboxID SandboxID, body ConnectSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetSandboxLogs The sandbox agent's log lines (bounded tail of its JSON logs), oldest first.
+	//
+	// Corresponds with GET /sandboxes/{sandboxID}/logs (the `GetSandboxLogs` operationId).
+	GetSandboxLogs(ctx context.Context, sandboxID SandboxID, params *GetSandboxLogsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetSandboxMetrics Resource samples of a sandbox within [start, end] (unix seconds).
 	//
 	// Corresponds with GET /sandboxes/{sandboxID}/metrics (the `GetSandboxMetrics` operationId).
@@ -694,6 +755,21 @@ func (c *Client) ConnectSandboxWithBody(ctx context.Context, sandboxID SandboxID
 // Corresponds with POST /sandboxes/{sandboxID}/connect (the `ConnectSandbox` operationId).
 func (c *Client) ConnectSandbox(ctx context.Context, sandboxID SandboxID, body ConnectSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewConnectSandboxRequest(c.Server, sandboxID, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetSandboxLogs The sandbox agent's log lines (bounded tail of its JSON logs), oldest first.
+//
+// Corresponds with GET /sandboxes/{sandboxID}/logs (the `GetSandboxLogs` operationId).
+func (c *Client) GetSandboxLogs(ctx context.Context, sandboxID SandboxID, params *GetSandboxLogsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetSandboxLogsRequest(c.Server, sandboxID, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1079,6 +1155,79 @@ func NewConnectSandboxRequestWithBody(server string, sandboxID SandboxID, conten
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetSandboxLogsRequest constructs an http.Request for the GetSandboxLogs method
+func NewGetSandboxLogsRequest(server string, sandboxID SandboxID, params *GetSandboxLogsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "sandboxID", sandboxID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/sandboxes/%s/logs", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Start != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "start", *params.Start, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int32"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
 
 	return req, nil
 }
@@ -1556,6 +1705,13 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /sandboxes/{sandboxID}/connect (the `ConnectSandbox` operationId).
 	ConnectSandboxWithResponse(ctx context.Context, sandboxID SandboxID, body ConnectSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*ConnectSandboxResponse, error)
 
+	// GetSandboxLogsWithResponse The sandbox agent's log lines (bounded tail of its JSON logs), oldest first.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /sandboxes/{sandboxID}/logs (the `GetSandboxLogs` operationId).
+	GetSandboxLogsWithResponse(ctx context.Context, sandboxID SandboxID, params *GetSandboxLogsParams, reqEditors ...RequestEditorFn) (*GetSandboxLogsResponse, error)
+
 	// GetSandboxMetricsWithResponse Resource samples of a sandbox within [start, end] (unix seconds).
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -1956,6 +2112,75 @@ func (r ConnectSandboxResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ConnectSandboxResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetSandboxLogsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SandboxLogs
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetSandboxLogsResponse) GetJSON200() *SandboxLogs {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetSandboxLogsResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetSandboxLogsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetSandboxLogsResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r GetSandboxLogsResponse) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r GetSandboxLogsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetSandboxLogsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetSandboxLogsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetSandboxLogsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -2481,6 +2706,19 @@ func (c *ClientWithResponses) ConnectSandboxWithResponse(ctx context.Context, sa
 	return ParseConnectSandboxResponse(rsp)
 }
 
+// GetSandboxLogsWithResponse The sandbox agent's log lines (bounded tail of its JSON logs), oldest first.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /sandboxes/{sandboxID}/logs (the `GetSandboxLogs` operationId).
+func (c *ClientWithResponses) GetSandboxLogsWithResponse(ctx context.Context, sandboxID SandboxID, params *GetSandboxLogsParams, reqEditors ...RequestEditorFn) (*GetSandboxLogsResponse, error) {
+	rsp, err := c.GetSandboxLogs(ctx, sandboxID, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetSandboxLogsResponse(rsp)
+}
+
 // GetSandboxMetricsWithResponse Resource samples of a sandbox within [start, end] (unix seconds).
 //
 // Returns a wrapper object for the known response body format(s).
@@ -2868,6 +3106,60 @@ func ParseConnectSandboxResponse(rsp *http.Response) (*ConnectSandboxResponse, e
 			return nil, err
 		}
 		response.JSON501 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetSandboxLogsResponse parses an HTTP response from a GetSandboxLogsWithResponse call
+func ParseGetSandboxLogsResponse(rsp *http.Response) (*GetSandboxLogsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetSandboxLogsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SandboxLogs
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
 
 	}
 
