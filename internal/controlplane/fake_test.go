@@ -15,6 +15,7 @@ import (
 
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/store"
+	"github.com/cubby-dev/cubby/internal/telemetry"
 )
 
 // fakeBackend is a test-only, in-memory backend.Backend (a mock: real sandboxes
@@ -197,6 +198,7 @@ type harness struct {
 	killed  chan string
 	cfg     Config
 	stopped bool
+	metrics *telemetry.Metrics // passed as Deps.Metrics when set before start
 }
 
 func newHarness(t testing.TB, cfg Config) *harness {
@@ -232,7 +234,8 @@ func (h *harness) start() {
 	killed := h.killed
 	svc, err := New(h.cfg, Deps{
 		Store: h.store, Backend: h.fake, Templates: StoreTemplates{Store: h.store},
-		OnKill: func(id string) { killed <- id },
+		OnKill:  func(id string) { killed <- id },
+		Metrics: h.metrics,
 	})
 	if err != nil {
 		h.t.Fatal(err)
