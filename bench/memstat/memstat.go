@@ -49,6 +49,9 @@ type Procs struct {
 	PSS   uint64 `json:"pssBytes"` // sum of Pss
 	RSS   uint64 `json:"rssBytes"` // sum of Rss (counts shared pages once per process)
 	USS   uint64 `json:"ussBytes"` // sum of Private_Clean + Private_Dirty
+	// PSSByName is PSS summed per process name (/proc/<pid>/comm, e.g. "python3",
+	// "deno", "cubby"); nil for a single ReadRollup.
+	PSSByName map[string]uint64 `json:"pssByName,omitempty"`
 }
 
 // Sandbox is the memory of one sandbox's cgroup and its processes.
@@ -167,10 +170,11 @@ func ReadPids(dir string) ([]int, error) {
 	return pids, nil
 }
 
-// ReadProcs sums smaps_rollup over pids. Processes that exit before they are read
-// (or whose smaps_rollup is unreadable) are skipped and not counted.
+// ReadProcs sums smaps_rollup over pids, in total and per process name. Processes
+// that exit before they are read (or whose smaps_rollup is unreadable) are skipped
+// and not counted.
 func ReadProcs(pids []int) Procs {
-	var p Procs
+	p := Procs{PSSByName: map[string]uint64{}}
 	for _, pid := range pids {
 		r, err := ReadRollup(pid)
 		if err != nil {
@@ -180,8 +184,18 @@ func ReadProcs(pids []int) Procs {
 		p.PSS += r.PSS
 		p.RSS += r.RSS
 		p.USS += r.USS
+		p.PSSByName[commName(pid)] += r.PSS
 	}
 	return p
+}
+
+// commName returns the process name of pid, or "?" once it has exited.
+func commName(pid int) string {
+	raw, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "comm"))
+	if err != nil {
+		return "?"
+	}
+	return strings.TrimSpace(string(raw))
 }
 
 // ReadRollup reads /proc/<pid>/smaps_rollup (Linux ≥ 4.14) and returns that one

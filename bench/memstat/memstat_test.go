@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -24,7 +25,7 @@ func TestParseRollup(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Procs{Count: 1, RSS: 12572 << 10, PSS: 4100 << 10, USS: 3100 << 10}
-	if p != want {
+	if !reflect.DeepEqual(p, want) {
 		t.Fatalf("got %+v, want %+v", p, want)
 	}
 	if _, err := ParseRollup([]byte("Rss: 1 kB\n")); err == nil {
@@ -125,6 +126,9 @@ func TestMeasureRealCgroup(t *testing.T) {
 	}
 	if s.Procs.PSS < 32*mib || s.Procs.USS < 32*mib {
 		t.Errorf("procs %+v: want ≥ 32 MiB PSS and USS", s.Procs)
+	}
+	if got := s.Procs.PSSByName["python3"]; got != s.Procs.PSS {
+		t.Errorf("PSS by name %v: want all %d bytes under python3", s.Procs.PSSByName, s.Procs.PSS)
 	}
 	if ws := s.Memcg.WorkingSet(); ws > s.Memcg.Usage || ws < s.Memcg.Anon {
 		t.Errorf("working set %d outside [anon %d, usage %d]", ws, s.Memcg.Anon, s.Memcg.Usage)

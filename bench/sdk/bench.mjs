@@ -15,9 +15,9 @@ import { readFileSync, writeFileSync } from 'node:fs'
 import { promisify } from 'node:util'
 
 const SIZES = {
-  BENCH_CREATES: 10, // serial cold create → first runCode cycles
+  BENCH_CREATES: 20, // serial cold create → first runCode cycles
   BENCH_CONCURRENCY: 20, // concurrent clients, each one create → first runCode
-  BENCH_CONC_ROUNDS: 1, // cycles per concurrent client
+  BENCH_CONC_ROUNDS: 2, // cycles per concurrent client
   BENCH_RTT_ROUNDS: 10, // runCode vs raw kernel: interleaved rounds …
   BENCH_RTT_PER_ROUND: 20, // … of this many executions each, per path
   BENCH_STDOUT_MB: 10, // MiB printed by one runCode
@@ -289,8 +289,19 @@ function memRows(key, label, sandboxes, extra = '') {
   stat(`${key}Memcg`, `${label}: memcg usage / sandbox`, usage, mib,
     `anon p50 ${mib(quantile(anon, 0.5))}${extra}`)
   stat(`${key}Pss`, `${label}: PSS / sandbox`, pss, mib,
-    `USS p50 ${mib(quantile(sandboxes.map((s) => s.procs.ussBytes), 0.5))}, ${quantile(sandboxes.map((s) => s.procs.count), 0.5)} procs`)
+    `${quantile(sandboxes.map((s) => s.procs.count), 0.5)} procs; p50 by name: ${byName(sandboxes)}`)
   return { memcg: mean(usage), pss: mean(pss) }
+}
+
+// byName lists the median PSS per process name over the sandboxes, largest first.
+function byName(sandboxes) {
+  const names = [...new Set(sandboxes.flatMap((s) => Object.keys(s.procs.pssByName ?? {})))]
+  return names
+    .map((n) => [n, quantile(sandboxes.map((s) => s.procs.pssByName?.[n] ?? 0), 0.5)])
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, 4)
+    .map(([n, v]) => `${n} ${(v / MiB).toFixed(0)}`)
+    .join(', ') + ' MiB'
 }
 
 async function density() {

@@ -200,8 +200,17 @@ func tokenMatches(r *http.Request, want string) bool {
 // Resolver stops reporting the sandbox as running, so later requests get 502.
 func (g *Gateway) CloseSandbox(id string) {
 	conns := g.reg.take(id)
+	// Client streams first: once an upstream connection is closed the proxy would
+	// end the client's response itself, with a FIN, before the reset could go out.
 	for _, c := range conns {
-		c.abort()
+		if _, ok := c.(*clientStream); ok {
+			c.abort()
+		}
+	}
+	for _, c := range conns {
+		if _, ok := c.(*clientStream); !ok {
+			c.abort()
+		}
 	}
 	if len(conns) > 0 {
 		g.log.Debug("closed sandbox connections", "sandbox", id, "count", len(conns))
