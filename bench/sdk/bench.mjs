@@ -17,7 +17,7 @@ import { promisify } from 'node:util'
 const SIZES = {
   BENCH_CREATES: 20, // serial cold create → first runCode cycles
   BENCH_CONCURRENCY: 20, // concurrent clients, each one create → first runCode
-  BENCH_CONC_ROUNDS: 2, // cycles per concurrent client
+  BENCH_CONC_ROUNDS: 1, // cycles per concurrent client
   BENCH_RTT_ROUNDS: 10, // runCode vs raw kernel: interleaved rounds …
   BENCH_RTT_PER_ROUND: 20, // … of this many executions each, per path
   BENCH_STDOUT_MB: 10, // MiB printed by one runCode
