@@ -11,24 +11,19 @@ package sdk_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/cubby-dev/cubby/internal/testserver"
 	"github.com/cubby-dev/cubby/sdk"
 )
 
@@ -40,7 +35,6 @@ type testEnv struct {
 	ciReason   string // why ciTemplate is empty
 	skip       string // non-empty: skip every integration test with this reason
 	cubby      bool   // the server is our own `cubby serve`
-	apiAddr    string // host:port of our own server
 }
 
 var env testEnv
@@ -53,18 +47,17 @@ func TestMain(m *testing.M) {
 	}
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) { stop(code) }),
 		// The harness's own watcher of the cubby serve child process.
-		goleak.IgnoreAnyFunction("github.com/cubby-dev/cubby/sdk_test.watchExit.func1"))
+		goleak.IgnoreAnyFunction("github.com/cubby-dev/cubby/internal/testserver.(*Server).wait"))
 }
 
 func setupEnv() (func(int), error) {
 	noop := func(int) {}
 	switch {
 	case os.Getenv("CUBBY_BIN") != "":
-		if os.Geteuid() != 0 {
-			env.skip = "CUBBY_BIN is set but starting cubby serve needs root"
+		if env.skip = testserver.SkipReason(); env.skip != "" {
 			return noop, nil
 		}
-		return startCubby(os.Getenv("CUBBY_BIN"))
+		return startCubby()
 	case os.Getenv("E2B_API_KEY") != "":
 		env.template = envOr("SDK_TEST_TEMPLATE", "base")
 		env.ciTemplate = envOr("SDK_TEST_CI_TEMPLATE", "code-interpreter-v1")
@@ -81,150 +74,25 @@ func envOr(k, def string) string {
 	return def
 }
 
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
+func randHex(n int) string { return testserver.RandHex(n) }
 
-// startCubby starts `cubby serve` on a free port and returns its stopper.
-func startCubby(bin string) (func(int), error) {
-	tdir := os.Getenv("CUBBY_TEMPLATES_DIR")
-	if tdir == "" {
-		wd, _ := os.Getwd()
-		tdir = filepath.Join(wd, "..", ".cache", "templates")
-	}
-	dataDir, err := os.MkdirTemp("", "cubby-sdk-test-")
+// startCubby starts `cubby serve` and returns its stopper, which kills every
+// sandbox, stops the server (showing its log tail when the tests failed) and
+// removes its bridge, nftables table and data.
+func startCubby() (func(int), error) {
+	ts, err := testserver.Launch(testserver.Options{BridgePrefix: "cbsdk", Args: []string{"--domain", "cubby.test"}})
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	key := "e2b_" + randHex(20)
-	logPath := filepath.Join(dataDir, "server.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close()
-	bridge := "cbsdk" + randHex(2)
-	cmd := exec.Command(bin, "serve", "--listen", addr, "--data-dir", dataDir, "--templates-dir", tdir,
-		"--bridge", bridge, "--subnet", pickSubnet(), "--domain", "cubby.test")
-	cmd.Env = append(os.Environ(), "CUBBY_API_KEY="+key)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	env.cubby, env.apiAddr, env.template = true, addr, "base"
-	env.conn = sdk.ConnectionOptions{APIKey: key, APIURL: "http://" + addr, SandboxURL: "http://" + addr}
-	exited := watchExit(cmd)
-	stop := func(code int) {
-		stopCubby(cmd, exited, dataDir, logPath, code)
-		removeNetwork(bridge)
-	}
-	if err := waitHealthy(addr, exited); err != nil {
-		stop(1)
-		return nil, err
-	}
-	findCodeInterpreterTemplate(bin, tdir)
-	return stop, nil
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-// pickSubnet returns a random 10.x.y.0/24 that no host interface uses.
-func pickSubnet() string {
-	var used []netip.Prefix
-	if addrs, err := net.InterfaceAddrs(); err == nil {
-		for _, a := range addrs {
-			if p, err := netip.ParsePrefix(a.String()); err == nil {
-				used = append(used, p.Masked())
-			}
+	env.cubby, env.template = true, "base"
+	env.conn = sdk.ConnectionOptions{APIKey: ts.Key, APIURL: ts.URL(""), SandboxURL: ts.URL("")}
+	findCodeInterpreterTemplate(ts.Bin, ts.TemplatesDir)
+	return func(code int) {
+		if code != 0 {
+			fmt.Fprintf(os.Stderr, "--- cubby serve log (tail) ---\n%s\n", ts.Log())
 		}
-	}
-	for {
-		b := make([]byte, 2)
-		_, _ = rand.Read(b)
-		p := netip.MustParsePrefix(fmt.Sprintf("10.%d.%d.0/24", 140+int(b[0])%30, int(b[1])%250))
-		clash := false
-		for _, u := range used {
-			clash = clash || u.Overlaps(p)
-		}
-		if !clash {
-			return p.String()
-		}
-	}
-}
-
-// watchExit returns a channel closed when cmd exits.
-func watchExit(cmd *exec.Cmd) <-chan struct{} {
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	return exited
-}
-
-func waitHealthy(addr string, exited <-chan struct{}) error {
-	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
-	deadline := time.Now().Add(25 * time.Minute) // the first start may build the base template
-	for time.Now().Before(deadline) {
-		if resp, err := hc.Get("http://" + addr + "/health"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-exited:
-			return fmt.Errorf("cubby serve exited before becoming healthy")
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("cubby serve did not become healthy")
-}
-
-// stopCubby kills every sandbox, stops the server and removes its data.
-func stopCubby(cmd *exec.Cmd, exited <-chan struct{}, dataDir, logPath string, code int) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for info, err := range sdk.List(ctx, &sdk.ListOptions{ConnectionOptions: env.conn}) {
-		if err != nil {
-			break
-		}
-		_ = sdk.Kill(ctx, info.SandboxID, &env.conn)
-	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-exited:
-	case <-time.After(15 * time.Second):
-		_ = cmd.Process.Kill()
-		<-exited
-	}
-	if code != 0 {
-		if b, err := os.ReadFile(logPath); err == nil {
-			if len(b) > 12000 {
-				b = b[len(b)-12000:]
-			}
-			fmt.Fprintf(os.Stderr, "--- cubby serve log (tail) ---\n%s\n", b)
-		}
-	}
-	_ = os.RemoveAll(dataDir)
-}
-
-// removeNetwork deletes the bridge and nftables table cubby serve left on
-// the host for this run (the server keeps them across restarts by design).
-func removeNetwork(bridge string) {
-	_ = exec.Command("nft", "delete", "table", "inet", "cubby_"+bridge).Run()
-	_ = exec.Command("ip", "link", "del", bridge).Run()
+		ts.Stop()
+	}, nil
 }
 
 // findCodeInterpreterTemplate checks `cubby template list` for "code-interpreter".
@@ -552,7 +420,7 @@ func TestAuthAndConnectionErrors(t *testing.T) {
 		}
 	}
 
-	port, _ := freePort() // nothing listens there any more
+	port, _ := testserver.FreePort() // nothing listens there any more
 	down := env.conn
 	down.APIURL = fmt.Sprintf("http://127.0.0.1:%d", port)
 	_, err = sdk.Create(ctx, &sdk.CreateOptions{ConnectionOptions: down})

@@ -92,7 +92,7 @@ func testProgress(t *testing.T, s *server, id, src string) {
 	defer ptmx.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, s.bin, "files", "cp", src, id+":/tmp/progress.bin")
+	cmd := exec.CommandContext(ctx, s.Bin, "files", "cp", src, id+":/tmp/progress.bin")
 	cmd.Env = s.env(nil)
 	cmd.Stderr = tty
 	var stdout bytes.Buffer

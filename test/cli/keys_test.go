@@ -57,12 +57,12 @@ func TestKeysDataDir(t *testing.T) {
 // uses it, revokes it and sees it rejected.
 func TestKeysLiveServer(t *testing.T) {
 	s := need(t)
-	k := decode[keyInfo](t, s.ok(t, "keys", "create", "--name", "live", "--json", "--data-dir", s.dataDir))
-	env := []string{"E2B_API_KEY=" + k.Key, "E2B_API_URL=http://" + s.addr}
+	k := decode[keyInfo](t, s.ok(t, "keys", "create", "--name", "live", "--json", "--data-dir", s.DataDir))
+	env := []string{"E2B_API_KEY=" + k.Key, "E2B_API_URL=http://" + s.Addr}
 	if r := s.cli(t, runOpts{env: env}, "sandbox", "list"); r.code != 0 {
 		t.Fatalf("list with a new key: %s", r)
 	}
-	s.ok(t, "keys", "revoke", k.ID, "--data-dir", s.dataDir)
+	s.ok(t, "keys", "revoke", k.ID, "--data-dir", s.DataDir)
 	r := s.cli(t, runOpts{env: env}, "sandbox", "list")
 	if r.code != 1 || !strings.Contains(r.stderr, "E2B_API_KEY") {
 		t.Errorf("list with a revoked key: %s", r)
@@ -75,13 +75,13 @@ func TestKeysLiveServer(t *testing.T) {
 func TestTemplateCommands(t *testing.T) {
 	s := need(t)
 	if !s.hasTemplate(t, "base") {
-		t.Fatalf("template list --json has no base template in %s", s.templatesDir)
+		t.Fatalf("template list --json has no base template in %s", s.TemplatesDir)
 	}
-	table := s.ok(t, "template", "list", "--templates-dir", s.templatesDir)
+	table := s.ok(t, "template", "list", "--templates-dir", s.TemplatesDir)
 	if !strings.HasPrefix(table, "NAME") || !strings.Contains(table, "base") {
 		t.Errorf("template list:\n%s", table)
 	}
-	r := s.cli(t, runOpts{}, "template", "build", "base", "--json", "--templates-dir", s.templatesDir)
+	r := s.cli(t, runOpts{}, "template", "build", "base", "--json", "--templates-dir", s.TemplatesDir)
 	if r.code != 0 {
 		t.Fatalf("template build base --json: %s", r)
 	}
@@ -91,7 +91,7 @@ func TestTemplateCommands(t *testing.T) {
 	if info.Name != "base" || info.ID == "" || info.RootfsDir == "" {
 		t.Errorf("template build --json: %+v", info)
 	}
-	r = s.cli(t, runOpts{}, "template", "build", "no-such-builtin", "--templates-dir", s.templatesDir)
+	r = s.cli(t, runOpts{}, "template", "build", "no-such-builtin", "--templates-dir", s.TemplatesDir)
 	if r.code != 1 || !strings.Contains(r.stderr, "built-ins") {
 		t.Errorf("unknown template: %s", r)
 	}

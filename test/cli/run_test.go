@@ -27,7 +27,7 @@ func TestRun(t *testing.T) {
 	s := need(t)
 	if !s.hasTemplate(t, "code-interpreter") {
 		t.Skipf("the code-interpreter template is not built in %s; build it with `make templates` "+
-			"(or `cubby template build code-interpreter --templates-dir %s`)", s.templatesDir, s.templatesDir)
+			"(or `cubby template build code-interpreter --templates-dir %s`)", s.TemplatesDir, s.TemplatesDir)
 	}
 	out := t.TempDir()
 	// A sandbox created and killed by run itself.

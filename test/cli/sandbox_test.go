@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cubby-dev/cubby/internal/testserver"
 )
 
 // TestSandboxCommands drives create, list, info, pause, resume and kill.
@@ -124,7 +126,7 @@ func isID(s string) bool {
 // server produce messages that say what to do.
 func TestErrorMessages(t *testing.T) {
 	s := need(t)
-	api := "E2B_API_URL=http://" + s.addr
+	api := "E2B_API_URL=http://" + s.Addr
 	r := s.cli(t, runOpts{env: []string{"E2B_API_KEY=e2b_" + strings.Repeat("0", 40), api}}, "sandbox", "list")
 	if r.code != 1 || !strings.Contains(r.stderr, "rejected the API key") || !strings.Contains(r.stderr, "E2B_API_KEY") {
 		t.Errorf("wrong key: %s", r)
@@ -133,12 +135,12 @@ func TestErrorMessages(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "no API key") || !strings.Contains(r.stderr, "cubby keys create") {
 		t.Errorf("no key: %s", r)
 	}
-	port, err := freePort()
+	port, err := testserver.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	dead := fmt.Sprintf("http://127.0.0.1:%d", port)
-	r = s.cli(t, runOpts{env: []string{"E2B_API_KEY=" + s.key}}, "sandbox", "list", "--api-url", dead)
+	r = s.cli(t, runOpts{env: []string{"E2B_API_KEY=" + s.Key}}, "sandbox", "list", "--api-url", dead)
 	if r.code != 1 || !strings.Contains(r.stderr, "is cubby serve running at "+dead) {
 		t.Errorf("unreachable server: %s", r)
 	}

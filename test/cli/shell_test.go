@@ -77,7 +77,7 @@ func startOnPty(t *testing.T, s *server, size *pty.Winsize, args ...string) (*ex
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
-	cmd := exec.CommandContext(ctx, s.bin, args...)
+	cmd := exec.CommandContext(ctx, s.Bin, args...)
 	cmd.Env = append(s.env(nil), "TERM=xterm")
 	ptmx, err := pty.StartWithSize(cmd, size)
 	if err != nil {

@@ -83,23 +83,13 @@ func (sb *sandbox) mustRun(ctx context.Context, t *testing.T, cmd, want string) 
 	return out
 }
 
-// flagValue returns the value following flag in the server's arguments.
-func (s *server) flagValue(flag string) string {
-	for i, a := range s.args {
-		if a == flag && i+1 < len(s.args) {
-			return s.args[i+1]
-		}
-	}
-	return ""
-}
-
 // leakOptions says where this server keeps host resources (server layout:
 // <data>/sandboxes, <data>/runc, <data>/runsc; nft table cubby_<bridge>).
 func (s *server) leakOptions() leaks.Options {
 	return leaks.Options{
-		SandboxesDir: filepath.Join(s.dataDir, "sandboxes"),
-		RuntimeRoots: []string{filepath.Join(s.dataDir, "runc"), filepath.Join(s.dataDir, "runsc")},
-		NftTable:     "cubby_" + s.flagValue("--bridge"),
+		SandboxesDir: filepath.Join(s.DataDir, "sandboxes"),
+		RuntimeRoots: []string{filepath.Join(s.DataDir, "runc"), filepath.Join(s.DataDir, "runsc")},
+		NftTable:     "cubby_" + s.Bridge,
 	}
 }
 
@@ -320,7 +310,7 @@ func TestPausedSurviveServerKill(t *testing.T) {
 		all = append(all, entry{sb, mode})
 	}
 	s.kill9()
-	s.start()
+	s.restart()
 
 	var list []map[string]any
 	s.api("GET", "/v2/sandboxes?state=running,paused", nil, &list)
@@ -356,7 +346,7 @@ func TestPausedSurviveServerKill(t *testing.T) {
 		e.sb.pause(t, map[string]any{"memory": false})
 	}
 	s.kill9()
-	s.start()
+	s.restart()
 	for _, e := range all {
 		if code := s.api("DELETE", "/sandboxes/"+e.sb.ID, nil, nil); code != 204 {
 			t.Fatalf("kill %s after restart: %d", e.sb.ID, code)
@@ -375,9 +365,9 @@ func TestKilledWhileServerDown(t *testing.T) {
 	s.kill9()
 	// The store forgets both: remove the database so neither is known.
 	for _, f := range []string{"cubby.db", "cubby.db-wal", "cubby.db-shm"} {
-		_ = os.Remove(filepath.Join(s.dataDir, f))
+		_ = os.Remove(filepath.Join(s.DataDir, f))
 	}
-	s.start()
+	s.restart()
 	s.wantGone(t, a.ID)
 	s.wantGone(t, b.ID)
 }

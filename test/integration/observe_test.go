@@ -13,7 +13,7 @@ func TestObservability(t *testing.T) {
 	s := startServer(t)
 	sb := s.create(t, nil)
 
-	resp, err := http.Get("http://" + s.addr + "/metrics")
+	resp, err := http.Get("http://" + s.Addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string) error {
 			return fmt.Errorf("runsc checkpoint %s: %w", id, err)
 		}
 	}
-	if _, err := r.run(ctx, "checkpoint", "--leave-running", "--image-path", imageDir, id); err != nil {
+	if _, err := r.cli.Run(ctx, "checkpoint", "--leave-running", "--image-path", imageDir, id); err != nil {
 		if st.Status == runtime.StatusRunning {
 			if rerr := r.Resume(context.WithoutCancel(ctx), id); rerr != nil {
 				return errors.Join(err, rerr)
@@ -63,7 +63,7 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string) error {
 // stack is configured from the namespace, not from the image). The container must
 // not exist. On error nothing of it is left.
 func (r *Runtime) Restore(ctx context.Context, id, bundle, imageDir, logPath string) error {
-	if err := checkID(id); err != nil {
+	if err := r.cli.CheckID(id); err != nil {
 		return err
 	}
 	if !filepath.IsAbs(bundle) || !filepath.IsAbs(imageDir) {

@@ -14,6 +14,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/cubby-dev/cubby/internal/runtime/oci"
+	"github.com/cubby-dev/cubby/internal/runtime/ocicli/ocitest"
 )
 
 // netPair is a sandbox netns whose eth0 (10.99.0.2/24, default route via
@@ -37,7 +38,7 @@ func newNetPair(t testing.TB) netPair {
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("needs ip(8)")
 	}
-	s := suffix(t)
+	s := ocitest.Suffix(t)
 	p := netPair{sandbox: s + "s", host: s + "h"}
 	for _, ns := range []string{p.sandbox, p.host} {
 		ip(t, "netns", "add", ns)
@@ -111,7 +112,7 @@ func TestNetworkAcrossCheckpoint(t *testing.T) {
 	e := setup(t)
 	p := newNetPair(t)
 	hits := listenIn(t, p.host, "10.99.0.1:8080")
-	sb := e.start(t, oci.Options{NetNSPath: p.sandboxPath(), Args: shell(
+	sb := e.start(t, oci.Options{NetNSPath: p.sandboxPath(), Args: ocitest.Shell(
 		`while :; do printf "GET / HTTP/1.0\r\n\r\n" | nc 10.99.0.1 8080 >/dev/null && echo net-ok; sleep 0.1; done`)})
 	waitFor(t, "a request from the sandbox", func() bool { return hits.Load() > 0 })
 	waitLog(t, sb, "net-ok")
@@ -122,16 +123,16 @@ func TestNetworkAcrossCheckpoint(t *testing.T) {
 	}
 
 	img := t.TempDir()
-	if err := e.rt.Checkpoint(ctx, sb.id, img); err != nil {
+	if err := e.RT.Checkpoint(ctx, sb.ID, img); err != nil {
 		t.Fatal(err)
 	}
 	assertConfigured(t, p)
 	before := hits.Load()
-	if err := e.rt.Restore(ctx, sb.id, sb.dir, img, sb.log); err != nil {
+	if err := e.RT.Restore(ctx, sb.ID, sb.Dir, img, sb.Log); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "a request from the restored sandbox", func() bool { return hits.Load() > before })
-	if err := e.rt.Kill(ctx, sb.id); err != nil {
+	if err := e.RT.Kill(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
 	assertConfigured(t, p)

@@ -12,22 +12,17 @@
 package runsc
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/cubby-dev/cubby/internal/runtime"
+	"github.com/cubby-dev/cubby/internal/runtime/ocicli"
 )
 
 // PidFileName is the file runsc writes the sandbox pid into, inside the bundle.
@@ -45,9 +40,6 @@ const (
 // cleanupTimeout bounds the clean-up after a failed Start or Restore.
 const cleanupTimeout = 10 * time.Second
 
-// validID matches the container IDs accepted (and no leading '-').
-var validID = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.+-]*$`)
-
 // Options are runsc's global flags. Zero values select the defaults.
 type Options struct {
 	Platform string // --platform: "systrap" (default) or "ptrace"; never "kvm" on PVM hosts
@@ -62,10 +54,10 @@ type Options struct {
 // Runtime drives one runsc binary with one state root. It is safe for concurrent
 // use on distinct container IDs.
 type Runtime struct {
-	binary string
-	root   string
-	opts   Options
-	log    *slog.Logger
+	cli  ocicli.CLI
+	root string
+	opts Options
+	log  *slog.Logger
 }
 
 var (
@@ -92,18 +84,32 @@ func New(binary, stateRoot string, opts Options, log *slog.Logger) *Runtime {
 	if opts.Debug && opts.DebugLogDir == "" {
 		opts.DebugLogDir = filepath.Join(stateRoot, "debug")
 	}
-	return &Runtime{binary: binary, root: stateRoot, opts: opts, log: log}
+	cli := ocicli.CLI{Name: "runsc", Binary: binary, Flags: globalFlags(stateRoot, opts),
+		NotFound: "loading container: file does not exist"}
+	return &Runtime{cli: cli, root: stateRoot, opts: opts, log: log}
 }
 
 // Name returns "runsc".
 func (r *Runtime) Name() string { return "runsc" }
 
+// State parses `runsc state id`. Pid is the host pid of the sandbox process (the
+// gVisor kernel running the container), 0 when stopped. Unknown IDs return an error
+// wrapping runtime.ErrNotFound.
+func (r *Runtime) State(ctx context.Context, id string) (runtime.State, error) {
+	return r.cli.State(ctx, id)
+}
+
+// List parses `runsc list --format json`: every container in the state root.
+func (r *Runtime) List(ctx context.Context) ([]runtime.State, error) {
+	return r.cli.List(ctx)
+}
+
 // globalFlags are the flags given to every runsc command.
-func (r *Runtime) globalFlags() []string {
-	f := []string{"--root", r.root, "--platform=" + r.opts.Platform, "--network=" + r.opts.Network,
-		"--overlay2=" + r.opts.Overlay}
-	if r.opts.Debug {
-		f = append(f, "--debug", "--debug-log="+r.opts.DebugLogDir+"/")
+func globalFlags(root string, opts Options) []string {
+	f := []string{"--root", root, "--platform=" + opts.Platform, "--network=" + opts.Network,
+		"--overlay2=" + opts.Overlay}
+	if opts.Debug {
+		f = append(f, "--debug", "--debug-log="+opts.DebugLogDir+"/")
 	}
 	return f
 }
@@ -114,7 +120,7 @@ func (r *Runtime) globalFlags() []string {
 // network namespace in the bundle (see NetConfig). On error the half-created
 // container is removed and the error carries runsc's message.
 func (r *Runtime) Start(ctx context.Context, id, bundle, logPath string) error {
-	if err := checkID(id); err != nil {
+	if err := r.cli.CheckID(id); err != nil {
 		return err
 	}
 	if err := r.saveNet(bundle); err != nil {
@@ -122,7 +128,7 @@ func (r *Runtime) Start(ctx context.Context, id, bundle, logPath string) error {
 	}
 	err := r.launch(ctx, id, logPath, "create", "--bundle", bundle, "--pid-file", filepath.Join(bundle, PidFileName), id)
 	if err == nil {
-		_, err = r.run(ctx, "start", id)
+		_, err = r.cli.Run(ctx, "start", id)
 	}
 	if err != nil {
 		r.cleanup(ctx, id, bundle)
@@ -136,25 +142,12 @@ func (r *Runtime) Start(ctx context.Context, id, bundle, logPath string) error {
 // inherit runsc's stdio, so stdout and stderr go to logPath and runsc's own
 // messages are read from a separate --log file.
 func (r *Runtime) launch(ctx context.Context, id, logPath string, args ...string) error {
-	out, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	out, err := ocicli.OpenLog(logPath)
 	if err != nil {
 		return fmt.Errorf("runsc %s %s: open log: %w", args[0], id, err)
 	}
 	defer out.Close()
-	logf, err := os.CreateTemp("", "runsc-"+args[0]+"-*.log")
-	if err != nil {
-		return fmt.Errorf("runsc %s %s: %w", args[0], id, err)
-	}
-	logf.Close()
-	defer os.Remove(logf.Name())
-	full := append(r.globalFlags(), "--log", logf.Name(), "--log-format", "json")
-	cmd := exec.CommandContext(ctx, r.binary, append(full, args...)...)
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Run(); err != nil {
-		msg, _ := os.ReadFile(logf.Name())
-		return wrap(args[0]+" "+id, msg, err)
-	}
-	return nil
+	return r.cli.Launch(ctx, id, out, args...)
 }
 
 // cleanup removes a container left by a failed Start or Restore, ignoring errors
@@ -168,57 +161,6 @@ func (r *Runtime) cleanup(ctx context.Context, id, bundle string) {
 	r.restoreNet(bundle)
 }
 
-// stateJSON is the output of `runsc state` and the elements of `runsc list --format json`.
-type stateJSON struct {
-	ID     string `json:"id"`
-	Pid    int    `json:"pid"`
-	Status string `json:"status"`
-	Bundle string `json:"bundle"`
-}
-
-func (s stateJSON) state() runtime.State {
-	st := runtime.State{ID: s.ID, Status: runtime.Status(s.Status), Pid: s.Pid, Bundle: s.Bundle}
-	if st.Status == runtime.StatusStopped || st.Pid < 0 {
-		st.Pid = 0
-	}
-	return st
-}
-
-// State parses `runsc state id`. Pid is the host pid of the sandbox process (the
-// gVisor kernel running the container), 0 when stopped. Unknown IDs return an error
-// wrapping runtime.ErrNotFound.
-func (r *Runtime) State(ctx context.Context, id string) (runtime.State, error) {
-	if err := checkID(id); err != nil {
-		return runtime.State{}, err
-	}
-	out, err := r.run(ctx, "state", id)
-	if err != nil {
-		return runtime.State{}, err
-	}
-	var s stateJSON
-	if err := json.Unmarshal(out, &s); err != nil {
-		return runtime.State{}, fmt.Errorf("runsc state %s: parse: %w", id, err)
-	}
-	return s.state(), nil
-}
-
-// List parses `runsc list --format json`: every container in the state root.
-func (r *Runtime) List(ctx context.Context) ([]runtime.State, error) {
-	out, err := r.run(ctx, "list", "--format", "json")
-	if err != nil {
-		return nil, err
-	}
-	var ss []stateJSON
-	if err := json.Unmarshal(out, &ss); err != nil {
-		return nil, fmt.Errorf("runsc list: parse: %w", err)
-	}
-	states := make([]runtime.State, 0, len(ss))
-	for _, s := range ss {
-		states = append(states, s.state())
-	}
-	return states, nil
-}
-
 // Kill destroys the container with `runsc delete --force` (SIGKILL to the sandbox
 // and gofer, wait for them, remove the cgroups and state: one exec of ~30 ms, where
 // `runsc kill` followed by waiting for the sandbox to exit takes ~1.5 s here), waits
@@ -226,12 +168,12 @@ func (r *Runtime) List(ctx context.Context) ([]runtime.State, error) {
 // addresses back. Works on running, paused and stopped containers. Unknown IDs
 // return nil.
 func (r *Runtime) Kill(ctx context.Context, id string) error {
-	st, err := r.State(ctx, id)
-	if errors.Is(err, runtime.ErrNotFound) {
-		return nil
-	}
+	st, found, err := r.cli.Lookup(ctx, id)
 	if err != nil {
 		return fmt.Errorf("runsc kill %s: %w", id, err)
+	}
+	if !found {
+		return nil
 	}
 	if err := r.destroy(ctx, st); err != nil {
 		return err
@@ -243,62 +185,33 @@ func (r *Runtime) Kill(ctx context.Context, id string) error {
 // destroy runs `runsc delete --force` and waits until the sandbox process has
 // exited.
 func (r *Runtime) destroy(ctx context.Context, st runtime.State) error {
-	pidfd := -1
-	if st.Pid > 0 {
-		fd, err := unix.PidfdOpen(st.Pid, 0)
-		if err != nil && !errors.Is(err, unix.ESRCH) {
-			return fmt.Errorf("runsc kill %s: pidfd_open %d: %w", st.ID, st.Pid, err)
-		}
-		if err == nil {
-			pidfd = fd
-			defer unix.Close(pidfd)
-		}
+	pidfd, err := ocicli.OpenPidfd(st.Pid)
+	if err != nil {
+		return fmt.Errorf("runsc kill %s: pidfd_open %d: %w", st.ID, st.Pid, err)
 	}
-	if _, err := r.run(ctx, "delete", "--force", st.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+	if pidfd >= 0 {
+		defer unix.Close(pidfd)
+	}
+	if _, err := r.cli.Run(ctx, "delete", "--force", st.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		return fmt.Errorf("runsc kill %s: %w", st.ID, err)
 	}
 	if pidfd >= 0 {
-		if err := waitPidfd(ctx, pidfd); err != nil {
+		if err := ocicli.WaitPidfd(ctx, pidfd); err != nil {
 			return fmt.Errorf("runsc kill %s: wait for sandbox pid %d: %w", st.ID, st.Pid, err)
 		}
 	}
 	return nil
 }
 
-// waitPidfd blocks until the process behind pidfd has exited or ctx is done.
-func waitPidfd(ctx context.Context, pidfd int) error {
-	for {
-		fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-		n, err := unix.Poll(fds, 50)
-		if err != nil && !errors.Is(err, unix.EINTR) {
-			return fmt.Errorf("poll pidfd: %w", err)
-		}
-		if n > 0 {
-			return nil
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-	}
-}
-
 // Pause stops every task of the container inside the sandbox with `runsc pause`
 // (the gVisor kernel stops scheduling them; memory stays allocated).
 func (r *Runtime) Pause(ctx context.Context, id string) error {
-	if err := checkID(id); err != nil {
-		return err
-	}
-	_, err := r.run(ctx, "pause", id)
-	return err
+	return r.cli.OnContainer(ctx, "pause", id)
 }
 
 // Resume continues a paused container with `runsc resume`.
 func (r *Runtime) Resume(ctx context.Context, id string) error {
-	if err := checkID(id); err != nil {
-		return err
-	}
-	_, err := r.run(ctx, "resume", id)
-	return err
+	return r.cli.OnContainer(ctx, "resume", id)
 }
 
 // ReleaseRoot unmounts the "null-netns" bind mount runsc keeps in the state root
@@ -318,54 +231,4 @@ func (r *Runtime) ReleaseRoot() error {
 		}
 	}
 	return fmt.Errorf("runsc: %s still mounted after 64 unmounts", path)
-}
-
-// run executes runsc with the global flags and returns its stdout. Errors carry
-// runsc's message and wrap runtime.ErrNotFound for unknown containers.
-func (r *Runtime) run(ctx context.Context, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, r.binary, append(r.globalFlags(), args...)...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return nil, wrap(strings.Join(args, " "), stderr.Bytes(), err)
-	}
-	return stdout.Bytes(), nil
-}
-
-// wrap builds the error of a failed runsc command from its output or JSON log.
-func wrap(command string, log []byte, err error) error {
-	msg := messages(log)
-	if strings.Contains(msg, "loading container: file does not exist") {
-		return fmt.Errorf("runsc %s: %s: %w", command, msg, runtime.ErrNotFound)
-	}
-	return fmt.Errorf("runsc %s: %s: %w", command, msg, err)
-}
-
-// messages extracts the "msg" of runsc's JSON log lines at level error or above, or
-// returns the raw text lines when they are not JSON.
-func messages(log []byte) string {
-	var msgs []string
-	for _, line := range bytes.Split(bytes.TrimSpace(log), []byte("\n")) {
-		var e struct{ Level, Msg string }
-		if json.Unmarshal(line, &e) != nil {
-			if s := strings.TrimSpace(string(line)); s != "" {
-				msgs = append(msgs, s)
-			}
-			continue
-		}
-		if e.Level == "error" || e.Level == "fatal" || e.Level == "panic" {
-			msgs = append(msgs, e.Msg)
-		}
-	}
-	if len(msgs) == 0 {
-		return "no message"
-	}
-	return strings.Join(msgs, "; ")
-}
-
-func checkID(id string) error {
-	if !validID.MatchString(id) {
-		return fmt.Errorf("runsc: invalid container id %q", id)
-	}
-	return nil
 }

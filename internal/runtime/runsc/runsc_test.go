@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/rootfs"
 	"github.com/cubby-dev/cubby/internal/runtime"
 	"github.com/cubby-dev/cubby/internal/runtime/oci"
+	"github.com/cubby-dev/cubby/internal/runtime/ocicli/ocitest"
 )
 
 // counterScript keeps a random token and a counter in shell memory and writes
@@ -28,7 +28,7 @@ while :; do i=$((i+1)); echo "$tok $i" > /counter.tmp; mv /counter.tmp /counter;
 
 // readCounter parses /counter of sb from the overlay upper dir.
 func readCounter(sb *sandbox) (tok string, n int, ok bool) {
-	b, err := os.ReadFile(filepath.Join(sb.dir, rootfs.LayerName, "upper", "counter"))
+	b, err := os.ReadFile(filepath.Join(sb.Dir, rootfs.LayerName, "upper", "counter"))
 	if err != nil {
 		return "", 0, false
 	}
@@ -56,95 +56,34 @@ func waitCounter(t testing.TB, sb *sandbox, n int) (string, int) {
 func TestLifecycle(t *testing.T) {
 	ctx := context.Background()
 	e := setup(t)
-	sb := e.start(t, oci.Options{Args: shell(counterScript), CPUCount: 1, MemoryBytes: 128 << 20, PidsLimit: 64})
-	st, err := e.rt.State(ctx, sb.id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Status != runtime.StatusRunning || st.Pid <= 0 || st.Bundle != sb.dir || st.ID != sb.id {
-		t.Fatalf("state %+v", st)
-	}
-	list, err := e.rt.List(ctx)
-	if err != nil || !slices.ContainsFunc(list, func(s runtime.State) bool { return s.ID == sb.id }) {
-		t.Errorf("List = %+v, %v", list, err)
-	}
+	sb := e.start(t, oci.Options{Args: ocitest.Shell(counterScript), CPUCount: 1, MemoryBytes: 128 << 20, PidsLimit: 64})
+	st := e.CheckRunning(t, sb)
 	log := waitLog(t, sb, "tick 1\n")
-	if !strings.Contains(log, "host="+sb.id+" uid=0") {
+	if !strings.Contains(log, "host="+sb.ID+" uid=0") {
 		t.Errorf("log %q", log)
 	}
 	// Overlay "none": the write lands in the upper dir on the host, not in the template.
 	waitCounter(t, sb, 0)
-	if _, err := os.Stat(filepath.Join(e.lower, "counter")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(e.Lower, "counter")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("template changed: %v", err)
 	}
-	if s, err := cgroups.Read(sb.cgroupsPath); err != nil || s.MemLimit != 128<<20 || s.MemUsed == 0 {
+	if s, err := cgroups.Read(sb.CgroupsPath); err != nil || s.MemLimit != 128<<20 || s.MemUsed == 0 {
 		t.Errorf("cgroup sample %+v, %v", s, err)
 	}
 
-	if err := e.rt.Pause(ctx, sb.id); err != nil {
-		t.Fatal(err)
-	}
-	if st, _ := e.rt.State(ctx, sb.id); st.Status != runtime.StatusPaused {
-		t.Errorf("after pause: %+v", st)
-	}
-	_, paused, _ := readCounter(sb)
-	if err := e.rt.Resume(ctx, sb.id); err != nil {
-		t.Fatal(err)
-	}
-	if st, _ := e.rt.State(ctx, sb.id); st.Status != runtime.StatusRunning {
-		t.Errorf("after resume: %+v", st)
-	}
+	var paused int
+	e.CheckPauseResume(t, sb, func() { _, paused, _ = readCounter(sb) })
 	waitCounter(t, sb, paused) // counts again
 
 	// Kill works on a paused container too.
-	if err := e.rt.Pause(ctx, sb.id); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.rt.Kill(ctx, sb.id); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Kill(st.Pid, 0); !errors.Is(err, unix.ESRCH) && !isZombie(st.Pid) {
-		t.Errorf("sandbox %d still alive after Kill: %v", st.Pid, err)
-	}
-	if _, err := e.rt.State(ctx, sb.id); !errors.Is(err, runtime.ErrNotFound) {
-		t.Errorf("State after Kill: %v", err)
-	}
-	if err := e.rt.Kill(ctx, sb.id); err != nil {
-		t.Errorf("second Kill: %v", err)
-	}
-	if err := e.rt.Pause(ctx, sb.id); !errors.Is(err, runtime.ErrNotFound) {
-		t.Errorf("Pause of unknown: %v", err)
-	}
-	if err := e.rt.Checkpoint(ctx, sb.id, t.TempDir()); !errors.Is(err, runtime.ErrNotFound) {
+	e.CheckKillPaused(t, sb, st.Pid)
+	if err := e.RT.Checkpoint(ctx, sb.ID, t.TempDir()); !errors.Is(err, runtime.ErrNotFound) {
 		t.Errorf("Checkpoint of unknown: %v", err)
 	}
 }
 
-func isZombie(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	return i > 0 && len(b) > i+2 && b[i+2] == 'Z'
-}
-
 func TestStartFailureCleansUp(t *testing.T) {
-	e := setup(t)
-	sb := e.prepare(t, oci.Options{Args: []string{"/no/such/binary"}})
-	err := e.rt.Start(context.Background(), sb.id, sb.dir, sb.log)
-	if err == nil {
-		t.Fatal("Start of a missing binary succeeded")
-	}
-	if !strings.Contains(err.Error(), "no such file") {
-		t.Errorf("error does not carry runsc's message: %v", err)
-	}
-	if _, err := e.rt.State(context.Background(), sb.id); !errors.Is(err, runtime.ErrNotFound) {
-		t.Errorf("container left after failed Start: %v", err)
-	}
-	if err := e.rt.Start(context.Background(), "-bad", sb.dir, sb.log); err == nil {
-		t.Error("invalid id accepted")
-	}
+	setup(t).CheckStartFailure(t, diskBytes, withDefaults(oci.Options{}))
 }
 
 // TestCheckpointRestore checks that processes survive Checkpoint → Restore with
@@ -153,22 +92,22 @@ func TestStartFailureCleansUp(t *testing.T) {
 func TestCheckpointRestore(t *testing.T) {
 	ctx := context.Background()
 	e := setup(t)
-	sb := e.start(t, oci.Options{Args: shell(counterScript), CPUCount: 1})
+	sb := e.start(t, oci.Options{Args: ocitest.Shell(counterScript), CPUCount: 1})
 	tok0, _ := waitCounter(t, sb, 3)
 	for cycle := range 2 {
-		img := filepath.Join(e.base, fmt.Sprintf("image-%d", cycle)) // created by Checkpoint
+		img := filepath.Join(e.Base, fmt.Sprintf("image-%d", cycle)) // created by Checkpoint
 		if cycle == 1 {
-			if err := e.rt.Pause(ctx, sb.id); err != nil {
+			if err := e.RT.Pause(ctx, sb.ID); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if err := e.rt.Checkpoint(ctx, sb.id, img); err != nil {
+		if err := e.RT.Checkpoint(ctx, sb.ID, img); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.rt.State(ctx, sb.id); !errors.Is(err, runtime.ErrNotFound) {
+		if _, err := e.RT.State(ctx, sb.ID); !errors.Is(err, runtime.ErrNotFound) {
 			t.Fatalf("State after Checkpoint: %v", err)
 		}
-		if pids := processesOf(sb.id); len(pids) > 0 {
+		if pids := processesOf(sb.ID); len(pids) > 0 {
 			t.Fatalf("processes left after Checkpoint: %v", pids)
 		}
 		if _, err := os.Stat(filepath.Join(img, "checkpoint.img")); err != nil {
@@ -178,10 +117,10 @@ func TestCheckpointRestore(t *testing.T) {
 		if !ok || tok != tok0 {
 			t.Fatalf("counter after checkpoint %q %d %v", tok, saved, ok)
 		}
-		if err := e.rt.Restore(ctx, sb.id, sb.dir, img, sb.log); err != nil {
+		if err := e.RT.Restore(ctx, sb.ID, sb.Dir, img, sb.Log); err != nil {
 			t.Fatal(err)
 		}
-		if st, err := e.rt.State(ctx, sb.id); err != nil || st.Status != runtime.StatusRunning || st.Pid <= 0 {
+		if st, err := e.RT.State(ctx, sb.ID); err != nil || st.Status != runtime.StatusRunning || st.Pid <= 0 {
 			t.Fatalf("State after Restore: %+v %v", st, err)
 		}
 		// The shell goes on with its own memory: same token, the next number, and
@@ -193,7 +132,7 @@ func TestCheckpointRestore(t *testing.T) {
 		}
 		t.Logf("cycle %d: counter %d at checkpoint, %d after restore", cycle, saved, n)
 	}
-	if err := e.rt.Restore(ctx, sb.id, sb.dir, filepath.Join(e.base, "image-0"), sb.log); err == nil {
+	if err := e.RT.Restore(ctx, sb.ID, sb.Dir, filepath.Join(e.Base, "image-0"), sb.Log); err == nil {
 		t.Error("Restore over a running container succeeded")
 	}
 }
@@ -203,9 +142,9 @@ func TestCheckpointRestore(t *testing.T) {
 func TestCheckpointDiskFull(t *testing.T) {
 	ctx := context.Background()
 	e := setup(t)
-	sb := e.start(t, oci.Options{Args: shell(counterScript)})
+	sb := e.start(t, oci.Options{Args: ocitest.Shell(counterScript)})
 	tok0, n := waitCounter(t, sb, 0)
-	img := filepath.Join(e.base, "small-"+suffix(t))
+	img := filepath.Join(e.Base, "small-"+ocitest.Suffix(t))
 	if err := os.Mkdir(img, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -217,11 +156,11 @@ func TestCheckpointDiskFull(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	err := e.rt.Checkpoint(ctx, sb.id, img)
+	err := e.RT.Checkpoint(ctx, sb.ID, img)
 	if err == nil || !strings.Contains(err.Error(), "no space left") {
 		t.Fatalf("Checkpoint to a full disk: %v", err)
 	}
-	if st, err := e.rt.State(ctx, sb.id); err != nil || st.Status != runtime.StatusRunning {
+	if st, err := e.RT.State(ctx, sb.ID); err != nil || st.Status != runtime.StatusRunning {
 		t.Fatalf("after failed checkpoint: %+v %v", st, err)
 	}
 	if tok, _ := waitCounter(t, sb, n); tok != tok0 {
@@ -232,12 +171,12 @@ func TestCheckpointDiskFull(t *testing.T) {
 func TestRestoreBadImageCleansUp(t *testing.T) {
 	ctx := context.Background()
 	e := setup(t)
-	sb := e.prepare(t, oci.Options{Args: shell(counterScript)})
-	err := e.rt.Restore(ctx, sb.id, sb.dir, t.TempDir(), sb.log)
+	sb := e.prepare(t, oci.Options{Args: ocitest.Shell(counterScript)})
+	err := e.RT.Restore(ctx, sb.ID, sb.Dir, t.TempDir(), sb.Log)
 	if err == nil {
 		t.Fatal("Restore from an empty image dir succeeded")
 	}
-	if _, err := e.rt.State(ctx, sb.id); !errors.Is(err, runtime.ErrNotFound) {
+	if _, err := e.RT.State(ctx, sb.ID); !errors.Is(err, runtime.ErrNotFound) {
 		t.Errorf("container left after failed Restore: %v", err)
 	}
 }
@@ -246,22 +185,8 @@ func TestRestoreBadImageCleansUp(t *testing.T) {
 // whose rootfs and bundle are prepared once, reporting the medians in ms.
 func BenchmarkRunscStartKill(b *testing.B) {
 	e := setup(b)
-	ctx := context.Background()
 	sb := e.prepare(b, oci.Options{Args: []string{"sleep", "1000"}})
-	var starts, kills []time.Duration
-	for b.Loop() {
-		t0 := time.Now()
-		if err := e.rt.Start(ctx, sb.id, sb.dir, sb.log); err != nil {
-			b.Fatal(err)
-		}
-		t1 := time.Now()
-		if err := e.rt.Kill(ctx, sb.id); err != nil {
-			b.Fatal(err)
-		}
-		starts, kills = append(starts, t1.Sub(t0)), append(kills, time.Since(t1))
-	}
-	b.ReportMetric(medianMs(starts), "start-ms")
-	b.ReportMetric(medianMs(kills), "kill-ms")
+	e.BenchStartKill(b, sb)
 }
 
 // BenchmarkCheckpointRestore measures Checkpoint and Restore of the counter
@@ -269,29 +194,29 @@ func BenchmarkRunscStartKill(b *testing.B) {
 func BenchmarkCheckpointRestore(b *testing.B) {
 	e := setup(b)
 	ctx := context.Background()
-	sb := e.prepare(b, oci.Options{Args: shell(counterScript)})
-	if err := e.rt.Start(ctx, sb.id, sb.dir, sb.log); err != nil {
+	sb := e.prepare(b, oci.Options{Args: ocitest.Shell(counterScript)})
+	if err := e.RT.Start(ctx, sb.ID, sb.Dir, sb.Log); err != nil {
 		b.Fatal(err)
 	}
 	waitCounter(b, sb, 0)
-	img := filepath.Join(e.base, "image")
+	img := filepath.Join(e.Base, "image")
 	var cps, rss []time.Duration
 	var size int64
 	for b.Loop() {
 		os.RemoveAll(img)
 		t0 := time.Now()
-		if err := e.rt.Checkpoint(ctx, sb.id, img); err != nil {
+		if err := e.RT.Checkpoint(ctx, sb.ID, img); err != nil {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
-		if err := e.rt.Restore(ctx, sb.id, sb.dir, img, sb.log); err != nil {
+		if err := e.RT.Restore(ctx, sb.ID, sb.Dir, img, sb.Log); err != nil {
 			b.Fatal(err)
 		}
 		cps, rss = append(cps, t1.Sub(t0)), append(rss, time.Since(t1))
 		size = dirSize(img)
 	}
-	b.ReportMetric(medianMs(cps), "checkpoint-ms")
-	b.ReportMetric(medianMs(rss), "restore-ms")
+	b.ReportMetric(ocitest.MedianMs(cps), "checkpoint-ms")
+	b.ReportMetric(ocitest.MedianMs(rss), "restore-ms")
 	b.ReportMetric(float64(size), "image-bytes")
 }
 
@@ -310,16 +235,16 @@ func dirSize(dir string) int64 {
 func TestKillExited(t *testing.T) {
 	ctx := context.Background()
 	e := setup(t)
-	sb := e.start(t, oci.Options{Args: shell("echo done")})
+	sb := e.start(t, oci.Options{Args: ocitest.Shell("echo done")})
 	waitLog(t, sb, "done")
 	waitFor(t, "the container to stop", func() bool {
-		st, err := e.rt.State(ctx, sb.id)
+		st, err := e.RT.State(ctx, sb.ID)
 		return err == nil && st.Status == runtime.StatusStopped && st.Pid == 0
 	})
-	if err := e.rt.Kill(ctx, sb.id); err != nil {
+	if err := e.RT.Kill(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.rt.State(ctx, sb.id); !errors.Is(err, runtime.ErrNotFound) {
+	if _, err := e.RT.State(ctx, sb.ID); !errors.Is(err, runtime.ErrNotFound) {
 		t.Errorf("State after Kill: %v", err)
 	}
 }
@@ -327,10 +252,10 @@ func TestKillExited(t *testing.T) {
 // TestDebugLogs checks that Options.Debug makes runsc write its debug logs.
 func TestDebugLogs(t *testing.T) {
 	e := setup(t)
-	dir := filepath.Join(e.base, "debug")
-	e.rt = New(e.rt.binary, e.state, Options{Debug: true, DebugLogDir: dir}, nil)
+	dir := filepath.Join(e.Base, "debug")
+	e.RT = New(e.RT.cli.Binary, e.State, Options{Debug: true, DebugLogDir: dir}, nil)
 	sb := e.start(t, oci.Options{Args: []string{"sleep", "1000"}})
-	if err := e.rt.Kill(context.Background(), sb.id); err != nil {
+	if err := e.RT.Kill(context.Background(), sb.ID); err != nil {
 		t.Fatal(err)
 	}
 	for _, cmd := range []string{"create", "boot", "gofer", "delete"} {
