@@ -225,7 +225,7 @@ func (s *Service) newRecord(sp createSpec, ref TemplateRef) store.Sandbox {
 
 func (s *Service) createRequest(rec store.Sandbox, ref TemplateRef, sp createSpec) backend.CreateRequest {
 	return backend.CreateRequest{
-		SandboxID: rec.ID, TemplateID: ref.ID, RootfsDir: ref.RootfsDir,
+		SandboxID: rec.ID, TemplateID: ref.ID, RootfsDir: ref.RootfsDir, Runtime: ref.Runtime,
 		CPUCount: rec.CPUCount, MemoryMB: rec.MemoryMB, DiskSizeMB: rec.DiskSizeMB,
 		NoInternet: sp.allowNet != nil && !*sp.allowNet,
 		Init: agentapi.InitRequest{

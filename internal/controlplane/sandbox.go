@@ -146,16 +146,14 @@ func (s *Service) killLocked(ctx context.Context, sb *sandbox, reason string) er
 	s.forget(sb)
 	s.metrics.SandboxKilled(killLabel(reason))
 	s.notifyKill(sb.id)
-	backendErr := s.backend.Kill(ctx, sb.id)
-	if backendErr != nil {
-		reason += fmt.Sprintf(" (backend cleanup failed: %v)", backendErr)
+	// Recorded before the backend works, so getInfo and lists agree with the gateway at
+	// once; a crash in between is harmless (Recover sweeps what the store no longer knows).
+	if err := s.store.MarkKilled(ctx, sb.id, time.Now(), reason); err != nil && !errors.Is(err, store.ErrNotFound) {
+		s.log.Error("record kill", "sandbox", sb.id, "err", err)
 	}
-	err := s.store.MarkKilled(ctx, sb.id, time.Now(), reason)
-	if backendErr != nil {
-		return fmt.Errorf("kill sandbox %s: %w", sb.id, backendErr)
-	}
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("record kill of %s: %w", sb.id, err)
+	if err := s.backend.Kill(ctx, sb.id); err != nil {
+		s.log.Error("backend cleanup of killed sandbox failed; swept at next start", "sandbox", sb.id, "err", err)
+		return fmt.Errorf("kill sandbox %s: %w", sb.id, err)
 	}
 	s.log.Info("sandbox killed", "sandbox", sb.id, "reason", reason)
 	return nil

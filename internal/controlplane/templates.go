@@ -19,6 +19,9 @@ type TemplateRef struct {
 	ID        string // template ID, returned as templateID
 	Alias     string // alias (name) returned as alias; "" for none
 	RootfsDir string // absolute path of the immutable rootfs tree
+	// Runtime is the OCI runtime the template asks for ("runc", "runsc"); "" =
+	// the server's default. Passed on as backend.CreateRequest.Runtime.
+	Runtime string
 }
 
 // TemplateResolver resolves a template ID or alias as sent in templateID.

@@ -79,6 +79,18 @@ func kernelErr(err error) error {
 	return err
 }
 
+// oomKilled reports whether err is a kernel death by the OOM killer.
+func oomKilled(err error) bool { return errors.Is(err, jupyter.ErrOutOfMemory) }
+
+// oomDetail is "killed by the out-of-memory killer (memory limit N MiB)".
+func oomDetail(err error) string {
+	var oe *jupyter.OOMError
+	if errors.As(err, &oe) && oe.LimitBytes > 0 {
+		return fmt.Sprintf("%v (memory limit %d MiB)", jupyter.ErrOutOfMemory, oe.LimitBytes>>20)
+	}
+	return jupyter.ErrOutOfMemory.Error()
+}
+
 // forward maps one kernel message to stream lines (E2B wire §4.5 "Execution").
 func forward(m *jupyter.Message, out *stream) {
 	switch m.Type() {

@@ -211,6 +211,9 @@ func (s *Service) report(out *stream, c *codeContext, err error) (restart bool) 
 		return false
 	case errors.Is(err, context.DeadlineExceeded):
 		out.serviceError(ErrNameTimeout, fmt.Sprintf("Execution timed out after %s", s.cfg.ExecutionTimeout))
+	case oomKilled(err):
+		out.serviceError(ErrNameOutOfMemory, "The kernel was "+oomDetail(err)+
+			"; the context is restarting and its state is lost")
 	case errors.Is(err, errEngineDied):
 		out.serviceError(ErrNameKernelDied, "The kernel died unexpectedly ("+err.Error()+
 			"); the context is restarting and its state is lost")

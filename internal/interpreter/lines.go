@@ -26,6 +26,9 @@ const (
 	ErrNameTimeout = "TimeoutError"
 	// ErrNameKernelDied: the kernel process exited; the context restarts itself.
 	ErrNameKernelDied = "KernelDied"
+	// ErrNameOutOfMemory: the kernel was killed by the sandbox's OOM killer
+	// (value names the memory limit); the context restarts itself.
+	ErrNameOutOfMemory = "OutOfMemoryError"
 	// ErrNameRestarting: the context was restarted while the cell ran (E2B name).
 	ErrNameRestarting = "ContextRestarting"
 	// ErrNameDeleted: the context was deleted while the cell ran or waited.

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/agent/users"
+	"github.com/cubby-dev/cubby/internal/interpreter/memcg"
 	"github.com/cubby-dev/cubby/internal/interpreter/zygote"
 	"github.com/cubby-dev/cubby/internal/jupyter"
 )
@@ -125,7 +126,8 @@ type Service struct {
 	seq      int
 	closed   bool
 	bg       sync.WaitGroup
-	fork     *forkServer // nil with Config.NoZygote
+	fork     *forkServer        // nil with Config.NoZygote
+	oom      jupyter.OOMCounter // memory cgroup of the service (and its kernels); nil = unknown
 }
 
 // account is the user kernels run as.
@@ -188,6 +190,11 @@ func New(cfg Config) (*Service, error) {
 		creating: map[string]chan struct{}{}}
 	if !cfg.NoZygote {
 		s.fork = newForkServer(s.zygoteConfig, cfg.StartTimeout, cfg.Log)
+	}
+	if cg, err := memcg.Of(0); err == nil {
+		s.oom = cg
+	} else {
+		cfg.Log.Debug("memory cgroup not found; OOM kills are reported as plain kernel deaths", "err", err)
 	}
 	return s, nil
 }
@@ -403,7 +410,7 @@ func (s *Service) startEngine(ctx context.Context, b *backend, id, cwd string, e
 	}
 	o := jupyter.Options{Dir: cwd, Env: s.kernelEnv(env, extra), Credential: s.acct.cred, ExtraArgs: args,
 		RuntimeDir: s.cfg.RuntimeDir, InterruptGrace: s.cfg.InterruptGrace, SettleDelay: b.settle,
-		Launcher: launcher, Log: s.log.With("context", id)}
+		Launcher: launcher, OOM: s.oom, Log: s.log.With("context", id)}
 	if b.tcp {
 		o.Transport = jupyter.TCP
 	}

@@ -70,7 +70,9 @@ type executeRequestContent struct {
 // execution does not end within Options.InterruptGrace the kernel is killed and
 // the error wraps ErrInterruptTimeout. If the process exits, the error wraps
 // ErrKernelDied (detected within milliseconds of the exit); ErrRestarted and
-// ErrClosed report a concurrent Restart or Shutdown. A kernel found dead is
+// ErrClosed report a concurrent Restart or Shutdown. With Options.OOM set, a
+// death by SIGKILL while the cgroup's OOM-kill counter rose is an *OOMError
+// (also ErrKernelDied and ErrOutOfMemory). A kernel found dead is
 // started again before running req.
 func (k *Kernel) Execute(ctx context.Context, req ExecuteRequest, on func(*Message)) (Reply, error) {
 	k.execMu.Lock()
@@ -86,12 +88,13 @@ func (k *Kernel) Execute(ctx context.Context, req ExecuteRequest, on func(*Messa
 	if req.UserExpressions == nil {
 		req.UserExpressions = map[string]string{}
 	}
+	oom := startOOMWatch(k.opts.OOM)
 	err = in.sendHeader(in.shell, h, executeRequestContent{Code: req.Code, Silent: req.Silent,
 		StoreHistory: req.StoreHistory && !req.Silent, UserExpressions: req.UserExpressions})
 	if err != nil {
 		return Reply{}, err
 	}
-	x := &execution{k: k, in: in, q: q, on: on}
+	x := &execution{k: k, in: in, q: q, on: on, oom: oom}
 	return x.wait(ctx)
 }
 
@@ -105,6 +108,7 @@ type execution struct {
 	gotReply  bool
 	gotIdle   bool
 	cancelErr error
+	oom       *oomWatch // nil = no OOM detection
 }
 
 func (x *execution) deliver() error {
@@ -196,7 +200,7 @@ func (x *execution) wait(ctx context.Context) (Reply, error) {
 			return x.finish(nil)
 		case <-x.in.dead:
 			x.deliver()
-			err := x.in.stopErr()
+			err := x.oom.explain(x.in.stopErr(), x.in.signal())
 			if x.cancelErr != nil && !errors.Is(err, ErrKernelDied) {
 				err = fmt.Errorf("%w: %w", err, x.cancelErr)
 			}

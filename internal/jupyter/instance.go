@@ -29,7 +29,8 @@ type instance struct {
 
 	dead        chan struct{} // closed when the process has exited
 	mu          sync.Mutex
-	reason      error // why the instance ended; nil while running
+	reason      error          // why the instance ended; nil while running
+	exitSig     syscall.Signal // signal that ended the process (0 = none/unknown); set before dead closes
 	cleanupOnce sync.Once
 }
 
@@ -86,6 +87,7 @@ func (in *instance) start(ctx context.Context, launcher Launcher, spec *KernelSp
 func (in *instance) watch(p Process) {
 	<-p.Done()
 	in.mu.Lock()
+	in.exitSig = exitSignal(p.Err())
 	if in.reason == nil {
 		status := "exited"
 		if err := p.Err(); err != nil {
@@ -96,6 +98,13 @@ func (in *instance) watch(p Process) {
 	in.mu.Unlock()
 	syscall.Kill(-in.pid, syscall.SIGKILL)
 	close(in.dead)
+}
+
+// signal returns the signal that ended the process (0 = none or unknown).
+func (in *instance) signal() syscall.Signal {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.exitSig
 }
 
 // alive reports whether the process is still running and not being stopped.

@@ -74,6 +74,10 @@ type Options struct {
 	// MaxPendingBytes caps the output queued for one execution that the consumer
 	// has not taken yet (default 256 MiB); output beyond it is dropped and counted.
 	MaxPendingBytes int64
+	// OOM reads the OOM-kill counter of the kernel's memory cgroup (nil = no
+	// detection). With it, an execution whose kernel is SIGKILLed while the
+	// counter rises fails with an *OOMError instead of a plain ErrKernelDied.
+	OOM OOMCounter
 	// Log receives diagnostics (default slog.Default()).
 	Log *slog.Logger
 }

@@ -49,7 +49,7 @@ func (r *templateResolver) Resolve(ctx context.Context, idOrAlias string) (contr
 	if err != nil {
 		return controlplane.TemplateRef{}, err
 	}
-	return controlplane.TemplateRef{ID: info.ID, Alias: info.Name, RootfsDir: info.RootfsDir}, nil
+	return controlplane.TemplateRef{ID: info.ID, Alias: info.Name, RootfsDir: info.RootfsDir, Runtime: info.Runtime}, nil
 }
 
 // sync records every built template in the store.

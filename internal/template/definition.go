@@ -32,6 +32,10 @@ const (
 	DefaultUID     = 1000   // uid (and gid) of DefaultUser in every template
 )
 
+// Runtimes are the values Definition.Runtime accepts besides "" (the OCI
+// runtimes the server knows: runc, and gVisor's runsc).
+var Runtimes = []string{"runc", "runsc"}
+
 // ErrInvalidDefinition is wrapped by every validation error of a definition.
 var ErrInvalidDefinition = errors.New("invalid template definition")
 
@@ -50,6 +54,10 @@ type Definition struct {
 	Env      map[string]string `json:"env,omitempty"` // baked into /etc/environment
 	User     string            `json:"user,omitempty"`
 	Workdir  string            `json:"workdir,omitempty"`
+	// Runtime is the OCI runtime sandboxes of this template run under: "runc",
+	// "runsc" (gVisor) or "" for the server's default. It is not a build input
+	// (not part of Digest): changing it never rebuilds the tree.
+	Runtime string `json:"runtime,omitempty"`
 
 	src fs.FS // where File.Source paths are read from; nil = no sources
 }
@@ -205,6 +213,8 @@ func (d Definition) Validate() error {
 	v.env(d.Env)
 	v.check(userRe.MatchString(d.User), "user", "%q is not a valid user name", d.User)
 	v.check(isCleanAbs(d.Workdir), "workdir", "%q must be an absolute, clean path", d.Workdir)
+	v.check(d.Runtime == "" || contains(Runtimes, d.Runtime), "runtime", "%q not supported (want one of %s, or omit it for the server's default)",
+		d.Runtime, strings.Join(Runtimes, ", "))
 	v.files(d)
 	return v.err()
 }

@@ -335,3 +335,22 @@ func write(t *testing.T, name, content string, mode os.FileMode) {
 		t.Fatal(err)
 	}
 }
+
+func TestRuntimeField(t *testing.T) {
+	for _, rt := range []string{"runc", "runsc"} {
+		def, err := ParseDefinition([]byte("name: x\nruntime: "+rt+"\n"), nil)
+		if err != nil || def.Runtime != rt {
+			t.Fatalf("runtime %s: %+v, %v", rt, def, err)
+		}
+	}
+	_, err := ParseDefinition([]byte("name: x\nruntime: kata\n"), nil)
+	if !errors.Is(err, ErrInvalidDefinition) || !strings.Contains(err.Error(), "runtime: \"kata\" not supported") {
+		t.Fatalf("bad runtime err = %v", err)
+	}
+	// The runtime is not a build input: existing trees stay valid.
+	plain, _ := Definition{Name: "x"}.Digest()
+	withRT, _ := Definition{Name: "x", Runtime: "runsc"}.Digest()
+	if plain == "" || plain != withRT {
+		t.Fatalf("digest changed with runtime: %q vs %q", plain, withRT)
+	}
+}

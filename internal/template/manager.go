@@ -34,6 +34,9 @@ type Info struct {
 	Workdir   string            `json:"workdir"`   // default working directory
 	Env       map[string]string `json:"env,omitempty"`
 	Packages  []string          `json:"packages"` // Debian packages requested (Definition.Includes)
+	// Runtime is the definition's OCI runtime ("runc", "runsc"; "" = the server's
+	// default). Not part of Digest: a build that hits a cached tree rewrites it.
+	Runtime string `json:"runtime,omitempty"`
 }
 
 // Manager builds templates into a directory and looks them up. Layout:
@@ -102,7 +105,7 @@ func (m *Manager) Build(ctx context.Context, def Definition, progress io.Writer,
 	}
 	if !force {
 		if info, ok := m.cached(id, digest, progress); ok {
-			return info, nil
+			return m.syncRuntime(info, def.Runtime)
 		}
 	}
 	info, err := m.build(ctx, def, files, id, digest, progress)

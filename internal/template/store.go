@@ -111,6 +111,34 @@ func (m *Manager) readCurrent(id string) (Info, error) {
 	return m.readInfo(id, tree)
 }
 
+// syncRuntime records runtime in the template.json of info's tree when it
+// differs (the runtime is not part of the digest, so a cached tree may carry an
+// older value). The file is replaced atomically; the caller holds id's lock.
+func (m *Manager) syncRuntime(info Info, runtime string) (Info, error) {
+	if info.Runtime == runtime {
+		return info, nil
+	}
+	info.Runtime = runtime
+	treeDir := filepath.Dir(info.RootfsDir)
+	data, err := json.MarshalIndent(info, "", "  ")
+	if err != nil {
+		return Info{}, fmt.Errorf("encode %s: %w", infoFile, err)
+	}
+	tmp := filepath.Join(treeDir, "."+infoFile+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+	if err := writeFileSync(tmp, append(data, '\n')); err != nil {
+		return Info{}, fmt.Errorf("template %s: update runtime: %w", info.ID, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(treeDir, infoFile)); err != nil {
+		os.Remove(tmp)
+		return Info{}, fmt.Errorf("template %s: update runtime: %w", info.ID, err)
+	}
+	if err := syncDir(treeDir); err != nil {
+		return Info{}, err
+	}
+	m.log.Info("template runtime updated", "id", info.ID, "name", info.Name, "runtime", runtime)
+	return info, nil
+}
+
 // setCurrent atomically points <dir>/<id>/current at tree.
 func (m *Manager) setCurrent(id, tree string) error {
 	dir := filepath.Join(m.dir, id)
@@ -134,7 +162,7 @@ func (m *Manager) commit(ctx context.Context, def Definition, id, digest, treeDi
 	info := Info{
 		ID: id, Name: def.Name, Aliases: append([]string{def.Name}, def.Aliases...), Digest: digest,
 		BuiltAt: time.Now().UTC().Truncate(time.Second), SizeBytes: size, User: def.User,
-		Workdir: def.Workdir, Env: def.Env, Packages: def.Includes(),
+		Workdir: def.Workdir, Env: def.Env, Packages: def.Includes(), Runtime: def.Runtime,
 	}
 	data, err := json.MarshalIndent(info, "", "  ")
 	if err != nil {

@@ -182,3 +182,28 @@ func TestRemoveTreeUnmounts(t *testing.T) {
 		t.Fatalf("still mounted: %v", mounts)
 	}
 }
+
+// TestBuildCachedUpdatesRuntime: a definition that changes only its runtime hits
+// the cached tree (no mmdebstrap run) and the stored Info reports the new value.
+func TestBuildCachedUpdatesRuntime(t *testing.T) {
+	m := NewManager(t.TempDir(), nil)
+	m.mmdebstrap = "/nonexistent/mmdebstrap" // a rebuild would fail
+	first := commitDef(t, m, Definition{Name: "gamma"}, "g")
+	if first.Runtime != "" {
+		t.Fatalf("runtime = %q", first.Runtime)
+	}
+	for _, rt := range []string{"runsc", "runc", ""} {
+		info, err := m.Build(context.Background(), Definition{Name: "gamma", Runtime: rt}, nil, false)
+		if err != nil || info.Runtime != rt || info.RootfsDir != first.RootfsDir {
+			t.Fatalf("Build(runtime %q) = %+v, %v", rt, info, err)
+		}
+		got, err := m.Get("gamma")
+		if err != nil || got.Runtime != rt || got.Digest != first.Digest {
+			t.Fatalf("Get after runtime %q = %+v, %v", rt, got, err)
+		}
+	}
+	entries, _ := os.ReadDir(filepath.Dir(first.RootfsDir))
+	if len(entries) != 2 {
+		t.Fatalf("tree dir holds %d entries, want rootfs + template.json", len(entries))
+	}
+}

@@ -14,10 +14,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/cubby-dev/cubby/internal/rootfs/mountinfo"
+	"golang.org/x/sys/unix"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -297,6 +301,7 @@ func (s *Server) Stop() {
 	s.mu.Unlock()
 	s.client.CloseIdleConnections()
 	removeHostNetwork(s.Bridge)
+	releaseMounts(s.DataDir)
 	if s.ownDataDir {
 		_ = os.RemoveAll(s.DataDir)
 	}
@@ -337,4 +342,25 @@ func RandHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// releaseMounts detaches whatever is still mounted below dir once the server has
+// stopped (runsc keeps a null-netns bind mount in its state root, and sandboxes left
+// running by a crash test keep their rootfs), deepest first, so the data dir can be
+// removed.
+func releaseMounts(dir string) {
+	mounts, err := mountinfo.Read("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var points []string
+	for _, m := range mounts {
+		if strings.HasPrefix(m.Point, dir+"/") {
+			points = append(points, m.Point)
+		}
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(points)))
+	for _, p := range points {
+		_ = unix.Unmount(p, unix.MNT_DETACH)
+	}
 }

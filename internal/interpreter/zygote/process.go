@@ -91,9 +91,20 @@ func (p *process) exitStatus() error {
 	ws := syscall.WaitStatus(code)
 	switch {
 	case ws.Signaled():
-		return fmt.Errorf("signal: %v", ws.Signal())
+		return SignalError{Sig: ws.Signal()}
 	case ws.Exited() && ws.ExitStatus() != 0:
 		return fmt.Errorf("exit status %d", ws.ExitStatus())
 	}
 	return nil
 }
+
+// SignalError is Process.Err of a kernel ended by a signal ("signal: killed").
+type SignalError struct {
+	Sig syscall.Signal
+}
+
+// Error reads like os.ProcessState's "signal: <name>".
+func (e SignalError) Error() string { return fmt.Sprintf("signal: %v", e.Sig) }
+
+// Signal returns the signal that ended the process.
+func (e SignalError) Signal() syscall.Signal { return e.Sig }

@@ -1,11 +1,13 @@
 // Sandbox lifecycle through the control plane (E2B wire §2.3): create (v2),
-// getInfo, connect, setTimeout, kill, isRunning, getMetrics.
+// getInfo, connect, setTimeout, kill, isRunning, getMetrics, pause and resume
+// through connect.
 
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'
 import { Sandbox, SandboxNotFoundError } from 'e2b'
 import {
   CONCURRENCY,
+  SANDBOX_URL,
   SUITE_KEY,
   assertDate,
   assertNear,
@@ -190,5 +192,62 @@ describe('lifecycle', { concurrency: CONCURRENCY }, () => {
       assert.ok(m.timestamp.getTime() >= start.getTime() - 10_000, 'sample before start')
       assert.ok(m.timestamp.getTime() <= end.getTime() + 10_000, 'sample after end')
     }
+  })
+
+  test('pause keeps files and a background process; connect resumes it', async (t) => {
+    const sbx = await createSandbox(t, { timeoutMs: 120_000 })
+    const marker = uniq('kept')
+    await sbx.files.write('/home/user/kept.txt', marker)
+    const bg = await sbx.commands.run('sleep 600', { background: true })
+    await bg.disconnect()
+
+    assert.equal(await sbx.pause(), true, 'first pause')
+    assert.equal(await sbx.pause(), false, 'pausing a paused sandbox is a 409 -> false')
+    assert.equal(await Sandbox.pause(sbx.sandboxId), false, 'static pause of a paused sandbox')
+    const paused = await sbx.getInfo()
+    assert.equal(paused.state, 'paused')
+    assert.equal(await sbx.isRunning(), false, 'the sandbox side answers 502 while paused')
+    const res = await fetch(`${SANDBOX_URL}/health`, {
+      headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983' },
+    })
+    await res.arrayBuffer()
+    assert.equal(res.status, 502, '/health through the sandbox URL while paused')
+
+    const resumed = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 120_000 })
+    assert.equal(resumed.sandboxId, sbx.sandboxId)
+    assert.equal((await resumed.getInfo()).state, 'running')
+    assert.equal(await resumed.isRunning(), true)
+    assert.equal(await resumed.files.read('/home/user/kept.txt'), marker)
+    const procs = await resumed.commands.list()
+    const sleeper = procs.find((p) => p.pid === bg.pid)
+    assert.ok(sleeper, `background process ${bg.pid} gone after resume: ${JSON.stringify(procs)}`)
+    assert.ok(
+      [sleeper.cmd, ...sleeper.args].join(' ').includes('sleep 600'),
+      `pid ${bg.pid} is ${JSON.stringify(sleeper)}`
+    )
+    const r = await resumed.commands.run(`kill -0 ${bg.pid} && echo alive`)
+    assert.equal(r.stdout, 'alive\n', 'the background process runs after resume')
+  })
+
+  test('pause with keepMemory false keeps files; connect resumes it', async (t) => {
+    const sbx = await createSandbox(t, { timeoutMs: 120_000 })
+    const marker = uniq('disk')
+    await sbx.files.write('/home/user/disk.txt', marker)
+    assert.equal(await sbx.pause({ keepMemory: false }), true)
+    assert.equal((await sbx.getInfo()).state, 'paused')
+    assert.equal(await sbx.isRunning(), false)
+    await sbx.connect({ timeoutMs: 120_000 })
+    assert.equal((await sbx.getInfo()).state, 'running')
+    assert.equal(await sbx.files.read('/home/user/disk.txt'), marker)
+    const r = await sbx.commands.run('echo back')
+    assert.equal(r.stdout, 'back\n')
+  })
+
+  test('pause and connect of a killed sandbox fail with SandboxNotFoundError', async (t) => {
+    const sbx = await createSandbox(t)
+    assert.equal(await sbx.pause(), true)
+    assert.equal(await sbx.kill(), true, 'kill of a paused sandbox')
+    await rejectsWith(Sandbox.connect(sbx.sandboxId), SandboxNotFoundError)
+    await rejectsWith(sbx.pause(), SandboxNotFoundError)
   })
 })

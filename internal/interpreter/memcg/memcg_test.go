@@ -1,0 +1,98 @@
+package memcg
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/cubby-dev/cubby/internal/rootfs/mountinfo"
+)
+
+// newV1Cgroup creates a v1 memory cgroup with limit bytes, removed at cleanup.
+func newV1Cgroup(t *testing.T, limit int64) string {
+	t.Helper()
+	root := "/sys/fs/cgroup/memory"
+	if _, err := os.Stat(filepath.Join(root, "memory.oom_control")); err != nil || os.Geteuid() != 0 {
+		t.Skip("needs root and a cgroup v1 memory hierarchy at " + root)
+	}
+	b := make([]byte, 4)
+	rand.Read(b)
+	dir := filepath.Join(root, "cubby-memcg-t"+hex.EncodeToString(b))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := os.Remove(dir); err != nil {
+			t.Errorf("remove cgroup: %v", err)
+		}
+	})
+	if err := os.WriteFile(filepath.Join(dir, "memory.limit_in_bytes"), []byte(strconv.FormatInt(limit, 10)), 0); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestOfFindsProcessCgroup(t *testing.T) {
+	dir := newV1Cgroup(t, 32<<20)
+	cmd := exec.Command("sh", "-c", `echo $$ > "$1/cgroup.procs" && echo moved && exec sleep 60`, "sh", dir)
+	r, w, _ := os.Pipe()
+	cmd.Stdout = w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait(); r.Close() })
+	// sh says "moved" once it wrote itself into the cgroup.
+	if line, err := bufio.NewReader(r).ReadString('\n'); line != "moved\n" {
+		t.Fatalf("sh: %q, %v", line, err)
+	}
+	if cg, err := Of(cmd.Process.Pid); err != nil || cg.Dir() != dir {
+		t.Fatalf("Of(%d) = %+v, %v; want %s", cmd.Process.Pid, cg, err, dir)
+	}
+	cg, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := cg.OOMKills(); err != nil || n != 0 {
+		t.Fatalf("OOMKills = %d, %v", n, err)
+	}
+	if l, err := cg.MemoryLimit(); err != nil || l != 32<<20 {
+		t.Fatalf("MemoryLimit = %d, %v", l, err)
+	}
+	self, err := Of(0)
+	if err != nil || self.Dir() == dir {
+		t.Fatalf("Of(self) = %+v, %v", self, err)
+	}
+	if _, err := Open(t.TempDir()); err == nil {
+		t.Fatal("Open(non-cgroup dir) succeeded")
+	}
+}
+
+// TestUnderContainerMount: inside a container the cgroupfs mount shows only the
+// container's subtree (mount root = its cgroup path).
+func TestUnderContainerMount(t *testing.T) {
+	m := mountinfo.Mount{Root: "/cubby/abc", Point: "/sys/fs/cgroup/memory"}
+	for path, want := range map[string]string{
+		"/cubby/abc":     "/sys/fs/cgroup/memory",
+		"/cubby/abc/sub": "/sys/fs/cgroup/memory/sub",
+		"/cubby/abcd":    "",
+		"/other":         "",
+	} {
+		got := under(m, path)
+		if (want == "" && got != nil) || (want != "" && (len(got) != 1 || got[0] != want)) {
+			t.Errorf("under(%s) = %v, want %q", path, got, want)
+		}
+	}
+	if got := under(mountinfo.Mount{Root: "/", Point: "/sys/fs/cgroup/memory"}, "/a/b"); len(got) != 1 || got[0] != "/sys/fs/cgroup/memory/a/b" {
+		t.Errorf("root mount: %v", got)
+	}
+	v1, v2, has := parseProcCgroup([]byte("5:cpu,cpuacct:/x\n4:memory:/cubby/abc\n0::/\n"))
+	if v1 != "/cubby/abc" || v2 != "/" || !has {
+		t.Errorf("parseProcCgroup = %q %q %v", v1, v2, has)
+	}
+}

@@ -1,0 +1,113 @@
+package jupyter
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cubby-dev/cubby/internal/interpreter/memcg"
+)
+
+// cgroupLauncher execs the kernel inside a v1 memory cgroup: sh writes itself
+// into cgroup.procs, then execs the kernel argv (same pid, same process group).
+type cgroupLauncher struct{ dir string }
+
+func (l cgroupLauncher) Launch(_ context.Context, req LaunchRequest) (Process, error) {
+	req.Argv = append([]string{"sh", "-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, l.dir}, req.Argv...)
+	return execLaunch(req)
+}
+
+// newMemoryCgroup creates a v1 memory cgroup limited to limit bytes; cleanup
+// kills what is left in it and removes it.
+func newMemoryCgroup(t *testing.T, limit int64) string {
+	t.Helper()
+	root := "/sys/fs/cgroup/memory"
+	if _, err := os.Stat(filepath.Join(root, "memory.oom_control")); err != nil || os.Geteuid() != 0 {
+		t.Skip("needs root and a cgroup v1 memory hierarchy at " + root)
+	}
+	b := make([]byte, 4)
+	rand.Read(b)
+	dir := filepath.Join(root, "cubby-oom-t"+hex.EncodeToString(b))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		data, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		for _, f := range strings.Fields(string(data)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				_ = killPid(pid)
+			}
+		}
+		// The kernel is reaped by Close (registered later, run earlier); rmdir
+		// fails while any task is still charged, so retry briefly.
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			err := os.Remove(dir)
+			if err == nil || time.Now().After(deadline) {
+				if err != nil {
+					t.Errorf("remove cgroup %s: %v", dir, err)
+				}
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	if err := os.WriteFile(filepath.Join(dir, "memory.limit_in_bytes"), []byte(strconv.FormatInt(limit, 10)), 0); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func killPid(pid int) error {
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return err
+	}
+	return p.Kill()
+}
+
+// TestOOMKillReported: a kernel in a 96 MiB cgroup allocates past the limit; the
+// execution fails with an *OOMError naming the limit, and the next execution
+// runs on a fresh kernel. A plain SIGKILL stays a plain kernel death.
+func TestOOMKillReported(t *testing.T) {
+	const limit = 96 << 20
+	dir := newMemoryCgroup(t, limit)
+	cg, err := memcg.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := startPython(t, func(o *Options) { o.Launcher = cgroupLauncher{dir: dir}; o.OOM = cg })
+	if got, err := memcg.Of(k.Pid()); err != nil || got.Dir() != dir {
+		t.Fatalf("kernel not in the test cgroup: %+v, %v", got, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	hog := "chunks = []\nwhile True:\n    chunks.append(b'x' * (1 << 20))\n"
+	_, err = k.Execute(ctx, ExecuteRequest{Code: hog}, nil)
+	var oe *OOMError
+	if !errors.Is(err, ErrOutOfMemory) || !errors.Is(err, ErrKernelDied) || !errors.As(err, &oe) || oe.LimitBytes != limit {
+		t.Fatalf("Execute(hog) err = %v, want an OOMError with limit %d", err, limit)
+	}
+	if !strings.Contains(err.Error(), "killed by the out-of-memory killer (memory limit 96 MiB)") {
+		t.Fatalf("error text %q", err.Error())
+	}
+	if n, _ := cg.OOMKills(); n == 0 {
+		t.Fatalf("cgroup counted no OOM kill")
+	}
+
+	var c collector
+	if r, err := k.Execute(ctx, ExecuteRequest{Code: "print(6*7)"}, c.on); err != nil || r.Status != "ok" || c.stream("stdout") != "42\n" {
+		t.Fatalf("after OOM: %+v, %v, %q", r, err, c.stream("stdout"))
+	}
+	_, err = k.Execute(ctx, ExecuteRequest{Code: "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"}, nil)
+	if !errors.Is(err, ErrKernelDied) || errors.Is(err, ErrOutOfMemory) {
+		t.Fatalf("SIGKILL without OOM: err = %v, want a plain kernel death", err)
+	}
+}
