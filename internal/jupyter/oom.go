@@ -64,10 +64,11 @@ func startOOMWatch(c OOMCounter) *oomWatch {
 	return &oomWatch{c: c, before: n}
 }
 
-// explain returns an *OOMError for a kernel that died by SIGKILL while the
-// counter rose, else err unchanged.
+// explain returns an *OOMError for a kernel that died by SIGKILL, or of a cause
+// it cannot know (sig 0: a fork-server child is reaped by its parent, which may
+// not tell), while the counter rose; else err unchanged.
 func (w *oomWatch) explain(err error, sig syscall.Signal) error {
-	if w == nil || sig != syscall.SIGKILL || !errors.Is(err, ErrKernelDied) {
+	if w == nil || (sig != syscall.SIGKILL && sig != 0) || !errors.Is(err, ErrKernelDied) {
 		return err
 	}
 	deadline := time.Now().Add(oomSettle)

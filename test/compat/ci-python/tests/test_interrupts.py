@@ -68,6 +68,15 @@ def test_kernel_death_is_an_error_and_the_context_recovers(sandbox):
     assert run_ok(sandbox, "import os\nos.getcwd()", context=ctx, timeout=60).text == "/tmp"
 
 
+def test_kernel_killed_by_the_oom_killer_is_named(sandbox):
+    run_ok(sandbox, "kept = 1")
+    died = sandbox.run_code("x = bytearray(3 << 30)\nlen(x)", timeout=120)
+    assert died.error is not None, "an out-of-memory kernel death is reported as an error"
+    assert died.error.name == "OutOfMemoryError", died.error
+    assert "out-of-memory" in died.error.value
+    assert run_ok(sandbox, "1 + 1", timeout=60).text == "2", "the context works again"
+
+
 def test_restart_or_remove_mid_run_ends_the_execution_with_an_error(sandbox):
     ctx = sandbox.create_code_context()
     run = Background(sandbox, LONG, context=ctx)
