@@ -44,6 +44,7 @@ is printed once. CUBBY_API_KEY, when set, is accepted as an API key too.`,
 	f.StringVar(&subnet, "subnet", "10.77.0.0/16", "address range of the sandboxes")
 	f.StringVar(&cfg.RuncBinary, "runc", "runc", "runc binary")
 	f.StringVar(&cfg.RunscBinary, "runsc", "", "gVisor runsc binary (default: runsc next to the cubby binary, else on PATH)")
+	f.IntVar(&cfg.MemoryMB, "memory-mb", 1024, "memory limit of each sandbox in MiB (a cap, not a reservation): the default Python and JavaScript kernels of the code-interpreter template use ~300 MiB")
 	f.StringVar(&cfg.Runtime, "runtime", "runc", "default OCI runtime of new sandboxes: runc or runsc (gVisor)")
 	f.StringVar(&cfg.DefaultTemplate, "default-template", "base", "template used when a create names none; built on first start")
 	return cmd

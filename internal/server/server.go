@@ -48,6 +48,7 @@ type Config struct {
 	RuncBinary      string       // default "runc" from PATH
 	RunscBinary     string       // gVisor runsc; default bin/runsc next to cubby, else PATH
 	Runtime         string       // default runtime of new sandboxes: "runc" (default) or "runsc"
+	MemoryMB        int          // memory limit of new sandboxes in MiB (a cap, not a reservation); default 1024
 	DefaultTemplate string       // default "base"
 	EnvAPIKey       string       // CUBBY_API_KEY; accepted when set
 	Progress        io.Writer    // template build progress and the first API key; default os.Stderr
@@ -210,6 +211,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 	var gwRef *gateway.Gateway
 	cp, err := controlplane.New(controlplane.Config{
 		DefaultTemplate: cfg.DefaultTemplate,
+		DefaultMemoryMB: cfg.MemoryMB,
 		Domain:          cfg.Domain,
 		EnvAPIKey:       cfg.EnvAPIKey,
 	}, controlplane.Deps{
