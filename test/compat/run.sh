@@ -195,49 +195,37 @@ unset E2B_DEBUG E2B_DOMAIN
 export CUBBY_COMPAT_CONCURRENCY="$concurrency"
 
 status=0
+# run_suite LABEL DIR COMMAND: runs one suite's COMMAND (a shell string, expanded in
+# DIR), then its leak check (leaks.mjs or leaks.py next to it); a failure sets status=1.
+run_suite() {
+  local label="$1" dir="$2" cmd="$3"
+  log "running the $label"
+  if ! (cd "$dir" && eval "$cmd"); then
+    status=1
+    log "$label FAILED"
+  fi
+  local leaks=(node leaks.mjs)
+  [[ -f "$dir/leaks.py" ]] && leaks=(.venv/bin/python leaks.py)
+  if ! (cd "$dir" && "${leaks[@]}"); then
+    status=1
+    log "$label left sandboxes running"
+  fi
+}
+node_tests="node --test --test-concurrency=$concurrency --test-timeout=180000 ./*.test.mjs"
+pytest=".venv/bin/python -m pytest -n $concurrency --dist load"
 if ((run_js)); then
-  log "running the JS suite (e2b $(cd "$here/js" && node -p 'require("./node_modules/e2b/package.json").version'))"
-  if ! (cd "$here/js" && node --test --test-concurrency="$concurrency" --test-timeout=180000 ./*.test.mjs); then
-    status=1
-    log "JS suite FAILED"
-  fi
-  if ! (cd "$here/js" && node leaks.mjs); then
-    status=1
-    log "JS suite left sandboxes running"
-  fi
+  run_suite "JS suite (e2b $(cd "$here/js" && node -p 'require("./node_modules/e2b/package.json").version'))" \
+    "$here/js" "$node_tests"
 fi
 if ((run_py)); then
-  log "running the Python suite"
-  if ! (cd "$here/python" && .venv/bin/python -m pytest -n "$concurrency" --dist load); then
-    status=1
-    log "Python suite FAILED"
-  fi
-  if ! (cd "$here/python" && .venv/bin/python leaks.py); then
-    status=1
-    log "Python suite left sandboxes running"
-  fi
+  run_suite "Python suite" "$here/python" "$pytest"
 fi
 if ((run_ci_js)); then
-  log "running the code-interpreter JS suite (@e2b/code-interpreter $(cd "$here/ci-js" && node -p 'require("./node_modules/@e2b/code-interpreter/package.json").version'))"
-  if ! (cd "$here/ci-js" && node --test --test-concurrency="$concurrency" --test-timeout=180000 ./*.test.mjs); then
-    status=1
-    log "code-interpreter JS suite FAILED"
-  fi
-  if ! (cd "$here/ci-js" && node leaks.mjs); then
-    status=1
-    log "code-interpreter JS suite left sandboxes running"
-  fi
+  run_suite "code-interpreter JS suite (@e2b/code-interpreter $(cd "$here/ci-js" && node -p 'require("./node_modules/@e2b/code-interpreter/package.json").version'))" \
+    "$here/ci-js" "$node_tests"
 fi
 if ((run_ci_py)); then
-  log "running the code-interpreter Python suite"
-  if ! (cd "$here/ci-python" && .venv/bin/python -m pytest -n "$concurrency" --dist load); then
-    status=1
-    log "code-interpreter Python suite FAILED"
-  fi
-  if ! (cd "$here/ci-python" && .venv/bin/python leaks.py); then
-    status=1
-    log "code-interpreter Python suite left sandboxes running"
-  fi
+  run_suite "code-interpreter Python suite" "$here/ci-python" "$pytest"
 fi
 
 if ! kill -0 "$server_pid" 2>/dev/null; then
