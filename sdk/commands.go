@@ -86,7 +86,7 @@ type Commands struct {
 // *InvalidArgumentError (e.g. a missing Cwd), *AuthenticationError (unknown
 // user), *ConnectionError, and ctx's error.
 func (c *Commands) Run(ctx context.Context, cmd string, opts *CommandOptions) (*CommandResult, error) {
-	h, err := c.Start(ctx, cmd, opts)
+	h, err := c.startKillable(ctx, cmd, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -94,12 +94,56 @@ func (c *Commands) Run(ctx context.Context, cmd string, opts *CommandOptions) (*
 	case <-h.done:
 		return h.Wait(context.WithoutCancel(ctx))
 	case <-ctx.Done():
-		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killedProbeTimeout)
-		defer cancel()
-		_ = h.Kill(kctx)
-		h.Disconnect()
+		killAndDetach(ctx, h)
 		return nil, ctxError("run command", ctx.Err())
 	}
+}
+
+// startKillable starts a command for Run. The start handshake is not bound to
+// ctx: envd may already run the command when ctx is cancelled, and only a
+// finished handshake yields the pid to kill. On cancellation it waits up to
+// killedProbeTimeout for the handshake, kills what started and returns ctx's
+// error.
+func (c *Commands) startKillable(ctx context.Context, cmd string, opts *CommandOptions) (*CommandHandle, error) {
+	sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	type started struct {
+		h   *CommandHandle
+		err error
+	}
+	ch := make(chan started, 1)
+	go func() {
+		h, err := c.Start(sctx, cmd, opts)
+		ch <- started{h, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.h, r.err
+	case <-ctx.Done():
+	}
+	wait := time.NewTimer(killedProbeTimeout)
+	defer wait.Stop()
+	select {
+	case r := <-ch:
+		if r.h != nil {
+			killAndDetach(ctx, r.h)
+		}
+	case <-wait.C:
+		stop()
+		if r := <-ch; r.h != nil {
+			killAndDetach(ctx, r.h)
+		}
+	}
+	return nil, ctxError("run command", ctx.Err())
+}
+
+// killAndDetach kills a command whose caller gave up, bounded by
+// killedProbeTimeout, and stops receiving its output.
+func killAndDetach(ctx context.Context, h *CommandHandle) {
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killedProbeTimeout)
+	defer cancel()
+	_ = h.Kill(kctx)
+	h.Disconnect()
 }
 
 // Start starts a command and returns once envd reports its pid. ctx bounds
