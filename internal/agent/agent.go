@@ -44,6 +44,7 @@ type Agent struct {
 	proc     *process.Service
 	interp   *interpreter.Service // nil when disabled
 	handler  http.Handler
+	ready    chan struct{} // closed once the default code contexts are up and warm
 }
 
 // New assembles the envd services around fresh default settings (user "user",
@@ -64,6 +65,7 @@ func New(cfg Config) *Agent {
 		settings: s,
 		fs:       filesystem.NewService(s, cfg.Log.With("svc", "filesystem")),
 		proc:     process.NewService(s, cfg.Log.With("svc", "process")),
+		ready:    make(chan struct{}),
 	}
 	a.handler = a.routes()
 	if cfg.InterpreterAddr == "" {
@@ -87,6 +89,9 @@ func New(cfg Config) *Agent {
 			a.interp = interp
 		}
 	}
+	if a.interp == nil {
+		close(a.ready)
+	}
 	return a
 }
 
@@ -107,6 +112,7 @@ func (a *Agent) routes() http.Handler {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("POST /init", a.handleInit)
+	mux.HandleFunc("GET /ready", a.handleReady)
 	mux.HandleFunc("GET /envs", a.handleEnvs)
 	mux.HandleFunc("GET /metrics", a.handleMetrics)
 	return cors(a.requireToken(mux))
@@ -160,6 +166,9 @@ func (a *Agent) handleInit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.settings.Apply(req)
+	if a.interp != nil && len(req.EnvVars) > 0 {
+		go a.syncEnv()
+	}
 	if err := saveInit(req); err != nil {
 		a.cfg.Log.Warn("cannot save init settings; a restarted agent will not have them", "err", err)
 	}
@@ -169,6 +178,40 @@ func (a *Agent) handleInit(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// startDefaults starts the default code contexts, warms them, and marks the
+// agent ready.
+func (a *Agent) startDefaults(ctx context.Context) {
+	defer close(a.ready)
+	if err := a.interp.StartDefaults(ctx); err != nil {
+		a.cfg.Log.Warn("default code contexts", "err", err)
+	}
+	if err := a.interp.Warm(ctx); err != nil {
+		a.cfg.Log.Warn("warm default code contexts", "err", err)
+	}
+}
+
+// handleReady answers 204 once the sandbox is fully booted: the default code
+// contexts are live and warm (or the interpreter is disabled); 503 before.
+// Warm pools poll it so a claimed sandbox never waits for a kernel.
+func (a *Agent) handleReady(w http.ResponseWriter, _ *http.Request) {
+	select {
+	case <-a.ready:
+		w.WriteHeader(http.StatusNoContent)
+	default:
+		writeJSONError(w, http.StatusServiceUnavailable, "default code contexts are starting")
+	}
+}
+
+// syncEnv pushes new sandbox env vars into the live code contexts right away
+// (a warm sandbox just claimed), ahead of the first execution.
+func (a *Agent) syncEnv() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := a.interp.SyncEnv(ctx); err != nil {
+		a.cfg.Log.Warn("push env vars into code contexts", "err", err)
+	}
 }
 
 func (a *Agent) handleEnvs(w http.ResponseWriter, _ *http.Request) {
@@ -219,11 +262,7 @@ func (a *Agent) ServeListeners(ctx context.Context, envd, interp net.Listener) e
 	if interp != nil && a.interp != nil {
 		servers = append(servers, a.server(a.interpreterHandler()))
 		listeners = append(listeners, interp)
-		go func() {
-			if err := a.interp.StartDefaults(ctx); err != nil {
-				a.cfg.Log.Warn("default code contexts", "err", err)
-			}
-		}()
+		go a.startDefaults(ctx)
 	}
 	errc := make(chan error, len(servers))
 	for i, srv := range servers {

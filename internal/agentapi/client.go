@@ -33,11 +33,25 @@ func NewClient(addr netip.Addr, token string) *Client {
 // WaitHealthy polls GET /health every interval until it answers 204 or ctx ends.
 // It returns ctx's error wrapped with the last failure seen.
 func (c *Client) WaitHealthy(ctx context.Context, interval time.Duration) error {
+	return c.poll(ctx, "/health", interval)
+}
+
+// WaitReady polls GET /ready every interval until the agent reports the sandbox
+// fully booted (204: the default code contexts are live) or ctx ends. It
+// returns ctx's error wrapped with the last failure seen.
+func (c *Client) WaitReady(ctx context.Context, interval time.Duration) error {
+	return c.poll(ctx, "/ready", interval)
+}
+
+func (c *Client) poll(ctx context.Context, path string, interval time.Duration) error {
 	var last error
 	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/health", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
 		if err != nil {
-			return fmt.Errorf("build health request: %w", err)
+			return fmt.Errorf("build %s request: %w", path, err)
+		}
+		if c.token != "" {
+			req.Header.Set("X-Access-Token", c.token)
 		}
 		resp, err := c.http.Do(req)
 		if err == nil {
@@ -46,13 +60,13 @@ func (c *Client) WaitHealthy(ctx context.Context, interval time.Duration) error 
 			if resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusOK {
 				return nil
 			}
-			last = fmt.Errorf("health answered %d", resp.StatusCode)
+			last = fmt.Errorf("%s answered %d", path, resp.StatusCode)
 		} else {
 			last = err
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("agent not healthy: %w (last: %v)", ctx.Err(), last)
+			return fmt.Errorf("agent %s: %w (last: %v)", path, ctx.Err(), last)
 		case <-time.After(interval):
 		}
 	}

@@ -114,6 +114,12 @@ type Backend interface {
 	// mode) and returns the running instance. Errors: ErrNotFound, ErrNotPaused,
 	// ErrNotSupported; after a failed resume the sandbox is still paused.
 	Resume(ctx context.Context, id string) (Instance, error)
+	// Reinit sends a new init (POST /init: env vars, access token, defaults) to
+	// the agent of a running sandbox, authenticated with the token it holds, and
+	// records it so the agent gets it again whenever it restarts. A warm pool
+	// uses it to hand a pre-booted sandbox to a create request. Errors:
+	// ErrNotFound, ErrPaused, and the agent's refusal.
+	Reinit(ctx context.Context, id string, init agentapi.InitRequest) error
 	// Lookup returns the instance for id or ErrNotFound.
 	Lookup(ctx context.Context, id string) (Instance, error)
 	// Stats samples the sandbox's cgroup and disk usage. A sandbox paused in

@@ -7,12 +7,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cubby-dev/cubby/internal/pool"
 	"github.com/cubby-dev/cubby/internal/server"
 )
 
 func newServeCmd() *cobra.Command {
 	var cfg server.Config
 	var subnet string
+	var pools []string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the control plane (E2B REST API) and the sandbox gateway",
@@ -31,6 +33,13 @@ is printed once. CUBBY_API_KEY, when set, is accepted as an API key too.`,
 				return fmt.Errorf("--subnet: %w", err)
 			}
 			cfg.Subnet = p
+			for _, spec := range pools {
+				t, err := pool.ParseTarget(spec)
+				if err != nil {
+					return fmt.Errorf("--pool: %w", err)
+				}
+				cfg.Pool = append(cfg.Pool, t)
+			}
 			cfg.EnvAPIKey = os.Getenv("CUBBY_API_KEY")
 			return server.Run(cmd.Context(), cfg, logger(cmd, false))
 		},
@@ -47,5 +56,7 @@ is printed once. CUBBY_API_KEY, when set, is accepted as an API key too.`,
 	f.IntVar(&cfg.MemoryMB, "memory-mb", 1024, "memory limit of each sandbox in MiB (a cap, not a reservation): the default Python and JavaScript kernels of the code-interpreter template use ~300 MiB")
 	f.StringVar(&cfg.Runtime, "runtime", "runc", "default OCI runtime of new sandboxes: runc or runsc (gVisor)")
 	f.StringVar(&cfg.DefaultTemplate, "default-template", "base", "template used when a create names none; built on first start")
+	f.StringArrayVar(&pools, "pool", nil, "keep a warm pool: TEMPLATE=SIZE booted sandboxes that creates claim in milliseconds (repeatable)")
+	f.IntVar(&cfg.PoolMemoryMB, "pool-memory-mb", 0, "memory budget of the warm pools in MiB, measured from their cgroups (default a quarter of the host's RAM)")
 	return cmd
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/backend"
+	"github.com/cubby-dev/cubby/internal/pool"
 	"github.com/cubby-dev/cubby/internal/store"
 	"github.com/cubby-dev/cubby/internal/telemetry"
 )
@@ -39,6 +40,12 @@ type Config struct {
 	EnvAPIKey string
 	// MetricsInterval is the period of the resource sampler. Default 5s.
 	MetricsInterval time.Duration
+	// Pool lists the warm pools to keep (template and size); empty = every
+	// create boots a sandbox. See package pool.
+	Pool []pool.Target
+	// PoolMemoryBudget caps the memory (bytes) held by warm sandboxes; 0 = a
+	// quarter of the host's RAM.
+	PoolMemoryBudget uint64
 }
 
 func (c *Config) defaults() {
@@ -90,6 +97,7 @@ type Service struct {
 	log       *slog.Logger
 	metrics   *telemetry.Metrics
 	ringSize  int
+	pool      *pool.Pool // nil without Config.Pool
 
 	mu      sync.RWMutex
 	live    map[string]*sandbox // running and paused sandboxes
@@ -152,11 +160,23 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.wg.Add(1)
 	go s.sampleLoop()
+	if len(s.cfg.Pool) > 0 {
+		s.pool = pool.New(pool.Config{
+			Backend: s.backend, Targets: s.cfg.Pool, Resolve: s.poolRequest, NewID: newSandboxID,
+			MemoryBudget: s.cfg.PoolMemoryBudget, Log: s.log.With("component", "pool"), Metrics: s.metrics,
+		})
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.pool.Run(s.bg)
+		}()
+	}
 	return nil
 }
 
-// Shutdown stops TTL timers and the sampler and waits (until ctx is done) for
-// expiry work in flight. Sandboxes keep running; the next Start re-adopts them.
+// Shutdown stops TTL timers and the sampler, kills the warm pool's sandboxes
+// and waits (until ctx is done) for expiry work in flight. Sandboxes keep
+// running; the next Start re-adopts them.
 func (s *Service) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true

@@ -158,8 +158,9 @@ func (s *Service) ttl(sec *int32, def time.Duration) (time.Duration, error) {
 	return d, nil
 }
 
-// create starts a sandbox and returns its record. A failed backend create leaves
-// the record killed with the cause as reason and returns the error.
+// create starts a sandbox and returns its record: a warm one from the pool
+// when one matches, else a cold one. A failed backend create leaves the record
+// killed with the cause as reason and returns the error.
 func (s *Service) create(ctx context.Context, sp createSpec) (store.Sandbox, error) {
 	ref, err := s.templates.Resolve(ctx, sp.template)
 	if errors.Is(err, ErrTemplateNotFound) {
@@ -170,16 +171,12 @@ func (s *Service) create(ctx context.Context, sp createSpec) (store.Sandbox, err
 	}
 	began := time.Now()
 	rec := s.newRecord(sp, ref)
-	if err := s.store.InsertSandbox(ctx, rec); err != nil {
-		return store.Sandbox{}, err
-	}
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
 	defer cancel()
-	in, err := s.backend.Create(bctx, s.createRequest(rec, ref, sp))
+	in, err := s.startInstance(bctx, &rec, ref, sp)
 	if err != nil {
-		s.failCreate(bctx, rec.ID, err)
 		s.metrics.ObserveCreate(ref.ID, telemetry.OutcomeError, time.Since(began))
-		return store.Sandbox{}, fmt.Errorf("create sandbox: %w", err)
+		return store.Sandbox{}, err
 	}
 	rec.StartedAt = time.Now().UTC().Truncate(time.Millisecond)
 	rec.EndAt, rec.Addr, rec.Runtime = rec.StartedAt.Add(sp.ttl), in.Addr, in.Runtime
@@ -195,6 +192,47 @@ func (s *Service) create(ctx context.Context, sp createSpec) (store.Sandbox, err
 	s.metrics.ObserveCreate(ref.ID, telemetry.OutcomeOK, time.Since(began))
 	s.log.Info("sandbox created", "sandbox", rec.ID, "template", ref.ID, "ttl", sp.ttl)
 	return rec, nil
+}
+
+// startInstance claims a warm sandbox for rec (whose ID then becomes the warm
+// sandbox's) or boots one, and records it in the store. A warm sandbox is
+// claimed before its record exists; should the server die in between, the
+// backend's recovery sweeps it as unknown.
+func (s *Service) startInstance(ctx context.Context, rec *store.Sandbox, ref TemplateRef, sp createSpec) (backend.Instance, error) {
+	req := s.createRequest(*rec, ref, sp)
+	if s.pool != nil {
+		if in, ok := s.pool.Claim(ctx, req); ok {
+			rec.ID = in.SandboxID
+			if err := s.store.InsertSandbox(ctx, *rec); err != nil {
+				_ = s.backend.Kill(ctx, in.SandboxID)
+				return backend.Instance{}, err
+			}
+			return in, nil
+		}
+	}
+	if err := s.store.InsertSandbox(ctx, *rec); err != nil {
+		return backend.Instance{}, err
+	}
+	in, err := s.backend.Create(ctx, req)
+	if err != nil {
+		s.failCreate(ctx, rec.ID, err)
+		return backend.Instance{}, fmt.Errorf("create sandbox: %w", err)
+	}
+	return in, nil
+}
+
+// poolRequest is the create request a warm sandbox of template boots with: the
+// server's sandbox defaults, internet access, and an init without env vars or
+// access token (Claim sends the real one).
+func (s *Service) poolRequest(ctx context.Context, template string) (backend.CreateRequest, error) {
+	ref, err := s.templates.Resolve(ctx, template)
+	if err != nil {
+		return backend.CreateRequest{}, fmt.Errorf("resolve template %q: %w", template, err)
+	}
+	sp := createSpec{template: template}
+	req := s.createRequest(s.newRecord(sp, ref), ref, sp)
+	req.Init.EnvVars, req.Init.AccessToken = nil, ""
+	return req, nil
 }
 
 func (s *Service) failCreate(ctx context.Context, id string, cause error) {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/store"
 	"github.com/cubby-dev/cubby/internal/telemetry"
@@ -32,6 +33,7 @@ type fakeBackend struct {
 	resumes   int // successful Resume calls
 	nextIP    int
 	logLines  []backend.LogLine // returned by Logs for every sandbox
+	reinits   map[string][]agentapi.InitRequest
 }
 
 func newFakeBackend() *fakeBackend {
@@ -107,6 +109,23 @@ func (f *fakeBackend) Resume(_ context.Context, id string) (backend.Instance, er
 	in.Paused, in.PauseMode = false, ""
 	f.resumes++
 	return *in, nil
+}
+
+func (f *fakeBackend) Reinit(_ context.Context, id string, init agentapi.InitRequest) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	in, ok := f.instances[id]
+	switch {
+	case !ok:
+		return backend.ErrNotFound
+	case in.Paused:
+		return backend.ErrPaused
+	}
+	if f.reinits == nil {
+		f.reinits = map[string][]agentapi.InitRequest{}
+	}
+	f.reinits[id] = append(f.reinits[id], init)
+	return nil
 }
 
 func (f *fakeBackend) lastPause() backend.PauseOptions {

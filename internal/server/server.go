@@ -28,6 +28,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/controlplane"
 	"github.com/cubby-dev/cubby/internal/gateway"
 	"github.com/cubby-dev/cubby/internal/network"
+	"github.com/cubby-dev/cubby/internal/pool"
 	"github.com/cubby-dev/cubby/internal/rootfs"
 	"github.com/cubby-dev/cubby/internal/runtime"
 	"github.com/cubby-dev/cubby/internal/runtime/runc"
@@ -39,19 +40,21 @@ import (
 
 // Config configures `cubby serve`.
 type Config struct {
-	Listen          string       // e.g. "127.0.0.1:3000"
-	DataDir         string       // holds cubby.db, templates/, sandboxes/, runc/
-	TemplatesDir    string       // built templates; default <DataDir>/templates (may be shared between servers)
-	Domain          string       // sandbox domain for <port>-<id>.<domain> hosts; "" = none
-	Bridge          string       // host bridge name, default "cubby0"
-	Subnet          netip.Prefix // sandbox addresses, default 10.77.0.0/16
-	RuncBinary      string       // default "runc" from PATH
-	RunscBinary     string       // gVisor runsc; default bin/runsc next to cubby, else PATH
-	Runtime         string       // default runtime of new sandboxes: "runc" (default) or "runsc"
-	MemoryMB        int          // memory limit of new sandboxes in MiB (a cap, not a reservation); default 1024
-	DefaultTemplate string       // default "base"
-	EnvAPIKey       string       // CUBBY_API_KEY; accepted when set
-	Progress        io.Writer    // template build progress and the first API key; default os.Stderr
+	Listen          string        // e.g. "127.0.0.1:3000"
+	DataDir         string        // holds cubby.db, templates/, sandboxes/, runc/
+	TemplatesDir    string        // built templates; default <DataDir>/templates (may be shared between servers)
+	Domain          string        // sandbox domain for <port>-<id>.<domain> hosts; "" = none
+	Bridge          string        // host bridge name, default "cubby0"
+	Subnet          netip.Prefix  // sandbox addresses, default 10.77.0.0/16
+	RuncBinary      string        // default "runc" from PATH
+	RunscBinary     string        // gVisor runsc; default bin/runsc next to cubby, else PATH
+	Runtime         string        // default runtime of new sandboxes: "runc" (default) or "runsc"
+	MemoryMB        int           // memory limit of new sandboxes in MiB (a cap, not a reservation); default 1024
+	DefaultTemplate string        // default "base"
+	Pool            []pool.Target // warm pools (template, size); none by default
+	PoolMemoryMB    int           // memory budget of the warm pools in MiB; 0 = a quarter of the host's RAM
+	EnvAPIKey       string        // CUBBY_API_KEY; accepted when set
+	Progress        io.Writer     // template build progress and the first API key; default os.Stderr
 }
 
 func (c *Config) defaults() error {
@@ -210,10 +213,12 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 	}
 	var gwRef *gateway.Gateway
 	cp, err := controlplane.New(controlplane.Config{
-		DefaultTemplate: cfg.DefaultTemplate,
-		DefaultMemoryMB: cfg.MemoryMB,
-		Domain:          cfg.Domain,
-		EnvAPIKey:       cfg.EnvAPIKey,
+		DefaultTemplate:  cfg.DefaultTemplate,
+		DefaultMemoryMB:  cfg.MemoryMB,
+		Pool:             cfg.Pool,
+		PoolMemoryBudget: uint64(cfg.PoolMemoryMB) << 20,
+		Domain:           cfg.Domain,
+		EnvAPIKey:        cfg.EnvAPIKey,
 	}, controlplane.Deps{
 		Store:     st,
 		Backend:   b,

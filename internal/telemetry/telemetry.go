@@ -37,7 +37,15 @@ type Metrics struct {
 	api       *prometheus.CounterVec
 	gateway   *prometheus.CounterVec
 	templates *prometheus.CounterVec
+	pool      *prometheus.GaugeVec
+	claims    *prometheus.CounterVec
 }
+
+// Pool claim outcomes (label `outcome` of cubby_pool_claims_total).
+const (
+	ClaimHit  = "hit"  // a warm sandbox was handed out
+	ClaimMiss = "miss" // the pool was empty (or could not serve the request): cold create
+)
 
 // New returns Metrics on a fresh registry with the Go runtime and process
 // collectors. The cubby_sandboxes gauge appears once WatchStates is called.
@@ -47,8 +55,9 @@ func New() *Metrics {
 		create: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "cubby_sandbox_create_duration_seconds",
 			Help: "Time to create a sandbox (POST /sandboxes), in seconds, by template and outcome (ok, error).",
-			// 50 ms .. ~100 s: runc creates take ~0.3-1 s, template-cold ones longer.
-			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12),
+			// 5 ms .. ~80 s: warm-pool claims take milliseconds, cold runc
+			// creates ~0.1-1 s, gVisor and loaded hosts longer.
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 15),
 		}, []string{"template", "outcome"}),
 		kills: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cubby_sandbox_kills_total",
@@ -66,8 +75,16 @@ func New() *Metrics {
 			Name: "cubby_template_builds_total",
 			Help: "Template builds by outcome (ok, error).",
 		}, []string{"outcome"}),
+		pool: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cubby_pool_sandboxes",
+			Help: "Warm-pool sandboxes by template and state (ready: waiting to be claimed; booting).",
+		}, []string{"template", "state"}),
+		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cubby_pool_claims_total",
+			Help: "Creates of a pooled template by outcome (hit: served from the warm pool; miss: cold create).",
+		}, []string{"template", "outcome"}),
 	}
-	m.reg.MustRegister(m.create, m.kills, m.api, m.gateway, m.templates,
+	m.reg.MustRegister(m.create, m.kills, m.api, m.gateway, m.templates, m.pool, m.claims,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -113,6 +130,24 @@ func (m *Metrics) TemplateBuilt(outcome string) {
 		return
 	}
 	m.templates.WithLabelValues(outcome).Inc()
+}
+
+// PoolSize sets the warm pool's figures for template: ready sandboxes and
+// sandboxes booting.
+func (m *Metrics) PoolSize(template string, ready, booting int) {
+	if m == nil {
+		return
+	}
+	m.pool.WithLabelValues(template, "ready").Set(float64(ready))
+	m.pool.WithLabelValues(template, "booting").Set(float64(booting))
+}
+
+// PoolClaim counts one create of a pooled template with outcome ClaimHit or ClaimMiss.
+func (m *Metrics) PoolClaim(template, outcome string) {
+	if m == nil {
+		return
+	}
+	m.claims.WithLabelValues(template, outcome).Inc()
 }
 
 // stateCollector is the cubby_sandboxes{state} gauge, read at scrape time.

@@ -93,7 +93,8 @@ func (s *server) create(t *testing.T, body map[string]any) *sandbox {
 	base := "http://" + s.Addr
 	sb.Proc = processconnect.NewProcessClient(hc, base, connect.WithProtoJSON())
 	sb.FS = filesystemconnect.NewFilesystemClient(hc, base, connect.WithProtoJSON())
-	t.Cleanup(func() { s.api("DELETE", "/sandboxes/"+sb.ID, nil, nil) })
+	// Best effort: the test may have stopped the server already.
+	t.Cleanup(func() { _, _ = s.API(context.Background(), "DELETE", "/sandboxes/"+sb.ID, nil, nil) })
 	return sb
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/cgroups"
 	"github.com/cubby-dev/cubby/internal/rootfs"
@@ -102,6 +103,33 @@ func (b *Backend) initAgent(ctx context.Context, s *sandbox, token string) error
 	init.Timestamp = time.Now().UTC()
 	if err := c.Init(readyCtx, init); err != nil {
 		return fmt.Errorf("init agent: %w", err)
+	}
+	return nil
+}
+
+// Reinit implements backend.Backend.
+func (b *Backend) Reinit(ctx context.Context, id string, init agentapi.InitRequest) error {
+	s, err := b.get(id)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !b.current(s) {
+		return fmt.Errorf("sandbox %s: %w", id, backend.ErrNotFound)
+	}
+	if s.Paused {
+		return fmt.Errorf("reinit %s: %w", id, backend.ErrPaused)
+	}
+	if init.Timestamp.IsZero() {
+		init.Timestamp = time.Now().UTC()
+	}
+	if err := agentClient(s.Addr, s.Init.AccessToken).Init(ctx, init); err != nil {
+		return fmt.Errorf("reinit agent of %s: %w", id, err)
+	}
+	s.Init = init
+	if err := b.saveState(s); err != nil {
+		return fmt.Errorf("reinit %s: %w", id, err)
 	}
 	return nil
 }

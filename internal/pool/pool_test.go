@@ -1,0 +1,305 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cubby-dev/cubby/internal/agentapi"
+	"github.com/cubby-dev/cubby/internal/backend"
+)
+
+// fakeBackend is a test-only, in-memory backend.Backend (a mock: the real
+// local backend needs root and runc; test/integration drives the pool through
+// a real server).
+type fakeBackend struct {
+	backend.Backend // unimplemented methods panic
+
+	mu        sync.Mutex
+	live      map[string]backend.CreateRequest
+	inits     map[string]agentapi.InitRequest
+	creates   int
+	memUsed   uint64
+	failInit  map[string]bool // Reinit fails for these IDs
+	createErr error
+}
+
+func newFake() *fakeBackend {
+	return &fakeBackend{live: map[string]backend.CreateRequest{}, inits: map[string]agentapi.InitRequest{},
+		failInit: map[string]bool{}, memUsed: 100 << 20}
+}
+
+func (f *fakeBackend) Create(_ context.Context, req backend.CreateRequest) (backend.Instance, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.createErr != nil {
+		return backend.Instance{}, f.createErr
+	}
+	f.creates++
+	f.live[req.SandboxID] = req
+	f.inits[req.SandboxID] = req.Init
+	return backend.Instance{SandboxID: req.SandboxID, Addr: netip.MustParseAddr("10.0.0.2"), Runtime: "fake"}, nil
+}
+
+func (f *fakeBackend) Kill(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.live, id)
+	return nil
+}
+
+func (f *fakeBackend) Reinit(_ context.Context, id string, init agentapi.InitRequest) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.live[id]; !ok {
+		return backend.ErrNotFound
+	}
+	if f.failInit[id] {
+		return errors.New("agent refused init")
+	}
+	f.inits[id] = init
+	return nil
+}
+
+func (f *fakeBackend) Stats(_ context.Context, id string) (backend.Stats, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.live[id]; !ok {
+		return backend.Stats{}, backend.ErrNotFound
+	}
+	return backend.Stats{MemUsed: f.memUsed}, nil
+}
+
+func (f *fakeBackend) liveIDs() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ids []string
+	for id := range f.live {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+type resolver struct {
+	mu     sync.Mutex
+	rootfs string
+}
+
+func (r *resolver) resolve(_ context.Context, template string) (backend.CreateRequest, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if template != "tpl" {
+		return backend.CreateRequest{}, errors.New("no such template")
+	}
+	return backend.CreateRequest{TemplateID: "tplid", RootfsDir: r.rootfs, CPUCount: 2, MemoryMB: 1024, DiskSizeMB: 1024,
+		Init: agentapi.InitRequest{DefaultUser: "user"}}, nil
+}
+
+func (r *resolver) rebuild(rootfs string) {
+	r.mu.Lock()
+	r.rootfs = rootfs
+	r.mu.Unlock()
+}
+
+func newTestPool(t *testing.T, f *fakeBackend, size int, budget uint64) (*Pool, *resolver) {
+	t.Helper()
+	r := &resolver{rootfs: "/t/v1"}
+	var n int
+	var mu sync.Mutex
+	p := New(Config{
+		Backend: f, Targets: []Target{{Template: "tpl", Size: size}, {Template: "missing", Size: 3}},
+		Resolve: r.resolve,
+		NewID: func() string {
+			mu.Lock()
+			defer mu.Unlock()
+			n++
+			return fmt.Sprintf("sbx%017d", n)
+		},
+		Ready:        func(context.Context, backend.Instance) error { return nil },
+		MemoryBudget: budget, HostReserve: 1, Quiet: -1,
+	})
+	return p, r
+}
+
+func waitReady(t *testing.T, p *Pool, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for p.Stats()["tplid"].Ready != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("pool ready = %d, want %d", p.Stats()["tplid"].Ready, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func run(t *testing.T, p *Pool) context.CancelFunc {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return cancel
+}
+
+func claimReq(r *resolver) backend.CreateRequest {
+	req, _ := r.resolve(context.Background(), "tpl")
+	req.SandboxID = "coldcoldcoldcoldcold"
+	req.Init = agentapi.InitRequest{AccessToken: "tok", EnvVars: map[string]string{"A": "1"}, DefaultUser: "user"}
+	return req
+}
+
+func TestClaimHandsOutWarmSandboxWithInit(t *testing.T) {
+	f := newFake()
+	p, r := newTestPool(t, f, 2, 0)
+	run(t, p)
+	waitReady(t, p, 2)
+	in, ok := p.Claim(context.Background(), claimReq(r))
+	if !ok {
+		t.Fatal("claim missed a full pool")
+	}
+	f.mu.Lock()
+	got := f.inits[in.SandboxID]
+	f.mu.Unlock()
+	if got.AccessToken != "tok" || got.EnvVars["A"] != "1" {
+		t.Fatalf("claimed sandbox init = %+v, want the request's", got)
+	}
+	waitReady(t, p, 2) // refilled
+	if n := len(f.liveIDs()); n != 3 {
+		t.Fatalf("live sandboxes = %d, want 3 (1 claimed + 2 warm)", n)
+	}
+}
+
+func TestClaimMissesOnOtherShapes(t *testing.T) {
+	f := newFake()
+	p, r := newTestPool(t, f, 1, 0)
+	run(t, p)
+	waitReady(t, p, 1)
+	for name, mutate := range map[string]func(*backend.CreateRequest){
+		"no internet":   func(q *backend.CreateRequest) { q.NoInternet = true },
+		"other memory":  func(q *backend.CreateRequest) { q.MemoryMB = 2048 },
+		"other rootfs":  func(q *backend.CreateRequest) { q.RootfsDir = "/t/v0" },
+		"other runtime": func(q *backend.CreateRequest) { q.Runtime = "runsc" },
+	} {
+		req := claimReq(r)
+		mutate(&req)
+		if _, ok := p.Claim(context.Background(), req); ok {
+			t.Errorf("%s: claim hit, want a miss", name)
+		}
+	}
+}
+
+func TestClaimSkipsSandboxFailingInit(t *testing.T) {
+	f := newFake()
+	p, r := newTestPool(t, f, 2, 0)
+	cancel := run(t, p)
+	waitReady(t, p, 2)
+	cancel() // stop refilling; the two warm sandboxes are drained at the end
+	ids := f.liveIDs()
+	f.mu.Lock()
+	for _, id := range ids {
+		f.failInit[id] = true
+	}
+	f.mu.Unlock()
+	if _, ok := p.Claim(context.Background(), claimReq(r)); ok {
+		t.Fatal("claim succeeded although every warm sandbox failed its init")
+	}
+	if live := f.liveIDs(); len(live) != 0 {
+		t.Fatalf("sandboxes failing init were not killed: %v", live)
+	}
+}
+
+func TestRebuiltTemplateReplacesWarmSandboxes(t *testing.T) {
+	f := newFake()
+	p, r := newTestPool(t, f, 2, 0)
+	run(t, p)
+	waitReady(t, p, 2)
+	old := f.liveIDs()
+	r.rebuild("/t/v2")
+	p.signal()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		f.mu.Lock()
+		stale := 0
+		for _, id := range old {
+			if _, ok := f.live[id]; ok {
+				stale++
+			}
+		}
+		f.mu.Unlock()
+		if stale == 0 && p.Stats()["tplid"].Ready == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stale warm sandboxes left: %d, ready %d", stale, p.Stats()["tplid"].Ready)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, ok := p.Claim(context.Background(), claimReq(r)); !ok {
+		t.Fatal("claim after the rebuild missed")
+	}
+}
+
+func TestMemoryBudgetCapsPool(t *testing.T) {
+	f := newFake()
+	// Each sandbox measures 100 MiB: a 350 MiB budget holds 3 of the 10 asked
+	// for, however many refill rounds run.
+	p, _ := newTestPool(t, f, 10, 350<<20)
+	p.memEst[key{"tplid", "/t/v1", "", 2, 1024, 1024}] = 100 << 20
+	p.cfg.Interval = 5 * time.Millisecond
+	run(t, p)
+	waitReady(t, p, 3)
+	time.Sleep(100 * time.Millisecond) // about 20 more rounds
+	if got := p.Stats()["tplid"]; got.Ready != 3 || got.MemoryBytes != 300<<20 {
+		t.Fatalf("pool = %+v, want 3 ready holding 300 MiB", got)
+	}
+}
+
+func TestDrainKillsWarmSandboxes(t *testing.T) {
+	f := newFake()
+	p, _ := newTestPool(t, f, 3, 0)
+	cancel := run(t, p)
+	waitReady(t, p, 3)
+	cancel()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(f.liveIDs()) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("warm sandboxes left after Run returned: %v", f.liveIDs())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestVanishedSandboxIsReplaced(t *testing.T) {
+	f := newFake()
+	p, _ := newTestPool(t, f, 1, 0)
+	p.cfg.Interval = 10 * time.Millisecond
+	run(t, p)
+	waitReady(t, p, 1)
+	first := f.liveIDs()[0]
+	_ = f.Kill(context.Background(), first) // its init exited on its own
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ids := f.liveIDs()
+		if len(ids) == 1 && ids[0] != first && p.Stats()["tplid"].Ready == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("vanished warm sandbox not replaced: live %v", ids)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestParseTarget(t *testing.T) {
+	if got, err := ParseTarget(" code-interpreter = 20 "); err != nil || got != (Target{"code-interpreter", 20}) {
+		t.Fatalf("ParseTarget = %+v, %v", got, err)
+	}
+	for _, bad := range []string{"", "x", "=3", "x=-1", "x=a"} {
+		if _, err := ParseTarget(bad); err == nil {
+			t.Errorf("ParseTarget(%q) accepted", bad)
+		}
+	}
+}

@@ -1,0 +1,168 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cubby-dev/cubby/internal/testserver"
+)
+
+// metric returns the value of the first exposition line starting with prefix
+// (name{labels...}) on the server's GET /metrics, or -1.
+func (s *server) metric(t *testing.T, pattern string) float64 {
+	t.Helper()
+	resp, err := http.Get(s.URL("/metrics"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	re := regexp.MustCompile(pattern)
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "#") && re.MatchString(line) {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			return v
+		}
+	}
+	return -1
+}
+
+// sandboxDirs lists the sandbox IDs the backend holds on disk (pooled ones included).
+func (s *server) sandboxDirs(t *testing.T) []string {
+	t.Helper()
+	ents, err := os.ReadDir(filepath.Join(s.DataDir, "sandboxes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, e := range ents {
+		ids = append(ids, e.Name())
+	}
+	return ids
+}
+
+func (s *server) waitPoolReady(t *testing.T, n float64) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for s.metric(t, `^cubby_pool_sandboxes\{state="ready"`) != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("warm pool never reached %v ready sandboxes\n%s", n, s.log())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// execute runs code through the code interpreter (POST /execute on port 49999
+// via the gateway) and returns the result text and execution count.
+func (sb *sandbox) execute(ctx context.Context, t *testing.T, code string) (text string, count int) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"code": code})
+	req, _ := http.NewRequestWithContext(ctx, "POST", sb.envdURL("/execute"), strings.NewReader(string(body)))
+	req.Header.Set("Content-Type", "application/json")
+	hc := &http.Client{Transport: &sandboxTransport{id: sb.ID, token: sb.Token, port: "49999"}}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("execute: %d %s", resp.StatusCode, b)
+	}
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var line map[string]any
+		if err := dec.Decode(&line); err != nil {
+			break
+		}
+		switch line["type"] {
+		case "result":
+			text, _ = line["text"].(string)
+		case "number_of_executions":
+			count = int(line["execution_count"].(float64))
+		case "error":
+			t.Fatalf("execute %q: %v", code, line)
+		}
+	}
+	return text, count
+}
+
+// TestWarmPool: `--pool code-interpreter=1` keeps one booted sandbox that no
+// list shows; a create claims it with its env vars, metadata and access token
+// applied, the kernel is fresh (first execution count 1), the pool refills, and
+// stopping the server kills the warm sandbox.
+func TestWarmPool(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	ts := testserver.Start(t, testserver.Options{BridgePrefix: "cbpl", Args: []string{"--pool", "code-interpreter=1"}})
+	s := &server{Server: ts, t: t}
+	s.waitPoolReady(t, 1)
+	pooled := s.sandboxDirs(t)
+	if len(pooled) != 1 {
+		t.Fatalf("sandbox dirs with one warm sandbox: %v", pooled)
+	}
+	var list []map[string]any
+	if code := s.api("GET", "/v2/sandboxes", nil, &list); code != 200 || len(list) != 0 {
+		t.Fatalf("list with only a warm sandbox: %d %v", code, list)
+	}
+	if code := s.api("GET", "/sandboxes/"+pooled[0], nil, nil); code != 404 {
+		t.Fatalf("getInfo of the unclaimed warm sandbox: %d, want 404", code)
+	}
+
+	sb := s.create(t, map[string]any{"templateID": "code-interpreter", "envVars": map[string]string{"POOLVAR": "v1"},
+		"metadata": map[string]string{"who": "pool-test"}})
+	if sb.ID != pooled[0] {
+		t.Fatalf("create got %s, want the warm sandbox %s", sb.ID, pooled[0])
+	}
+	if hits := s.metric(t, `^cubby_pool_claims_total\{outcome="hit"`); hits != 1 {
+		t.Fatalf("pool hits = %v, want 1", hits)
+	}
+	out, code := sb.run(ctx, t, "echo $POOLVAR; hostname; ls -A /home/user | grep -v '^\\.' | wc -l")
+	if code != 0 || out != "v1\n"+sb.ID+"\n0\n" {
+		t.Fatalf("env/hostname/home in the claimed sandbox: %q (exit %d)", out, code)
+	}
+	text, count := sb.execute(ctx, t, "import os; os.environ.get('POOLVAR')")
+	if text != "v1" || count != 1 { // E2B strips the repr quotes of a str result
+		t.Fatalf("first execution in the claimed sandbox: %q count %d, want v1 count 1", text, count)
+	}
+	unauth := &sandbox{ID: sb.ID, s: s}
+	req, _ := http.NewRequestWithContext(ctx, "GET", unauth.envdURL("/envs"), nil)
+	resp, err := (&http.Client{Transport: &sandboxTransport{id: sb.ID}}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 401 {
+		t.Fatalf("envd of a claimed secured sandbox without token: %d, want 401", resp.StatusCode)
+	}
+	var info map[string]any
+	if code := s.api("GET", "/sandboxes/"+sb.ID, nil, &info); code != 200 || info["metadata"].(map[string]any)["who"] != "pool-test" {
+		t.Fatalf("getInfo of the claimed sandbox: %d %v", code, info)
+	}
+
+	s.waitPoolReady(t, 1) // refilled with a new sandbox
+	var refill string
+	for _, id := range s.sandboxDirs(t) {
+		if id != sb.ID {
+			refill = id
+		}
+	}
+	if refill == "" {
+		t.Fatalf("no refilled warm sandbox on disk: %v", s.sandboxDirs(t))
+	}
+	s.Stop()
+	s.wantGone(t, refill)
+	s.wantGone(t, sb.ID)
+}
