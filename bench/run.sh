@@ -6,6 +6,9 @@
 #   runc  on bridge ${CUBBY_BENCH_BRIDGE:-cbbench}0, 10.81.0.0/20 (every section)
 #   runsc on bridge ${CUBBY_BENCH_BRIDGE:-cbbench}1, 10.81.16.0/20 (per-runtime rows;
 #         skipped when bin/runsc is missing: build it with `make runsc`)
+#   pool  on bridge ${CUBBY_BENCH_BRIDGE:-cbbench}2, 10.81.32.0/20 with
+#         --pool code-interpreter=$BENCH_POOL_SIZE (warm-pool rows; measured first,
+#         then stopped so its refills do not load the other sections)
 # With E2B_API_URL/E2B_SANDBOX_URL/E2B_API_KEY set it uses that (local, runc) server
 # instead, and CUBBY_BENCH_RUNSC_URL (same key) for the gVisor rows.
 # Needs root (servers, cgroup and /proc reads), Go, Node ≥ 20, and the built
@@ -70,6 +73,10 @@ if [ -z "${E2B_API_URL:-}" ]; then
     start_server runsc "${bridge}1" 10.81.16.0/20 --runtime runsc --runsc "$runsc"
     export CUBBY_BENCH_RUNSC_URL=$server_url
   fi
+  pool_size=${BENCH_POOL_SIZE:-20}
+  start_server pool "${bridge}2" 10.81.32.0/20 --runtime runc --pool "code-interpreter=$pool_size" \
+    --pool-memory-mb "${BENCH_POOL_MEMORY_MIB:-$((pool_size * 400))}"
+  export CUBBY_BENCH_POOL_URL=$server_url CUBBY_BENCH_POOL_PID=${pids[-1]}
 fi
 (cd "$repo" && go build -o "$work/benchmem" ./bench/cmd/benchmem)
 export CUBBY_BENCH_MEM=$work/benchmem

@@ -15,7 +15,8 @@ import { readFileSync, writeFileSync } from 'node:fs'
 import { promisify } from 'node:util'
 
 const SIZES = {
-  BENCH_CREATES: 20, // serial cold create → first runCode cycles
+  BENCH_POOL_SIZE: 20, // warm pool of the pool server (bench/run.sh passes it to --pool)
+  BENCH_CREATES: 20, // serial create → first runCode cycles (cold, and from the pool)
   BENCH_CONCURRENCY: 20, // concurrent clients, each one create → first runCode
   BENCH_CONC_ROUNDS: 1, // cycles per concurrent client
   BENCH_RTT_ROUNDS: 10, // runCode vs raw kernel: interleaved rounds …
@@ -44,6 +45,9 @@ const apiKey = process.env.E2B_API_KEY
 const servers = { runc: { apiUrl: process.env.E2B_API_URL, sandboxUrl: process.env.E2B_SANDBOX_URL } }
 if (process.env.CUBBY_BENCH_RUNSC_URL) {
   servers.runsc = { apiUrl: process.env.CUBBY_BENCH_RUNSC_URL, sandboxUrl: process.env.CUBBY_BENCH_RUNSC_URL }
+}
+if (process.env.CUBBY_BENCH_POOL_URL) {
+  servers.pool = { apiUrl: process.env.CUBBY_BENCH_POOL_URL, sandboxUrl: process.env.CUBBY_BENCH_POOL_URL }
 }
 const memHelper = process.env.CUBBY_BENCH_MEM
 const rawKernel = readFileSync(new URL('./rawkernel.py', import.meta.url), 'utf8')
@@ -78,7 +82,10 @@ function missing(key, name, why) {
 }
 
 // section runs fn; a failure is reported as a missing row instead of ending the run.
+// BENCH_SECTIONS=key,key runs only those sections (e.g. warmPool,coldSerial).
+const only = process.env.BENCH_SECTIONS ? new Set(process.env.BENCH_SECTIONS.split(',')) : null
 async function section(key, name, fn) {
+  if (only && !only.has(key)) return
   log(`${name} …`)
   try {
     await fn()
@@ -125,15 +132,64 @@ async function runCodeOk(sbx, code, opts = {}) {
 }
 
 // coldCycle: create a code-interpreter sandbox, wait for its first runCode result, kill it.
-async function coldCycle(rt = 'runc') {
+// With keep, the sandbox is returned instead of killed.
+async function coldCycle(rt = 'runc', keep = false) {
   const t0 = now()
   const sbx = await create(rt, CI)
   const t1 = now()
   const ex = await runCodeOk(sbx, '1 + 1')
   const t2 = now()
   if (ex.text !== '2') throw new Error(`first runCode returned ${JSON.stringify(ex.text)}, want "2"`)
-  await kill(sbx)
-  return { create: t1 - t0, first: t2 - t1, total: t2 - t0 }
+  if (!keep) await kill(sbx)
+  return { create: t1 - t0, first: t2 - t1, total: t2 - t0, sbx }
+}
+
+// poolReady sums cubby_pool_sandboxes{state="ready"} on the pool server's /metrics.
+async function poolReady() {
+  const text = await (await fetch(`${servers.pool.apiUrl}/metrics`)).text()
+  return text.split('\n').filter((l) => l.startsWith('cubby_pool_sandboxes{state="ready"'))
+    .reduce((n, l) => n + Number(l.split(' ').at(-1)), 0)
+}
+async function waitPoolFull() {
+  const t0 = now()
+  let n = 0
+  while ((n = await poolReady()) < size.BENCH_POOL_SIZE) {
+    if (now() - t0 > 600_000) throw new Error(`warm pool holds ${n} of ${size.BENCH_POOL_SIZE} after 10 min`)
+    await sleep(250)
+  }
+  log(`warm pool full (${n}) after ${ms(now() - t0)}`)
+}
+async function poolHits() {
+  const text = await (await fetch(`${servers.pool.apiUrl}/metrics`)).text()
+  return text.split('\n').filter((l) => l.startsWith('cubby_pool_claims_total{outcome="hit"'))
+    .reduce((n, l) => n + Number(l.split(' ').at(-1)), 0)
+}
+
+// warmPool: create → first result through the warm pool, serially (the pool
+// refills behind the claims, as it does in production) and then, with the pool
+// full again, from BENCH_CONCURRENCY clients at once. The pool server is then
+// stopped so its refills do not load the later sections.
+async function warmPool() {
+  await waitPoolFull()
+  const hits0 = await poolHits()
+  const serial = []
+  for (let i = 0; i < size.BENCH_CREATES; i++) serial.push(await coldCycle('pool'))
+  const hits1 = await poolHits()
+  stat('poolSerial', 'warm pool create → first runCode result, serial', serial.map((r) => r.total), ms,
+    `pool of ${size.BENCH_POOL_SIZE}; ${hits1 - hits0}/${serial.length} served warm`)
+  stat('poolSerialCreate', '  of which Sandbox.create returns', serial.map((r) => r.create))
+  stat('poolSerialFirst', '  then first runCode', serial.map((r) => r.first))
+  await waitPoolFull()
+  await sleep(2000) // let the last boot's kernels settle
+  const n = size.BENCH_CONCURRENCY
+  const t0 = now()
+  const conc = await pool(range(n), n, () => coldCycle('pool', true))
+  const wall = now() - t0
+  await killAll(conc.map((r) => r.sbx)) // after the clock: kills would load the other clients
+  const hits2 = await poolHits()
+  stat('poolConcurrent', `warm pool create → first runCode result, ${n} concurrent`, conc.map((r) => r.total), ms,
+    `wall ${ms(wall)}; ${hits2 - hits1}/${n} served warm`)
+  stat('poolConcurrentCreate', '  of which Sandbox.create returns', conc.map((r) => r.create))
 }
 
 async function coldSerial() {
@@ -439,6 +495,12 @@ async function pauseMode(rt, id) {
 
 async function main() {
   const t0 = now()
+  if (servers.pool) {
+    await section('warmPool', 'warm pool create → first runCode', warmPool)
+    if (process.env.CUBBY_BENCH_POOL_PID) process.kill(Number(process.env.CUBBY_BENCH_POOL_PID), 'SIGTERM')
+  } else {
+    missing('warmPool', 'warm pool create → first runCode', 'no pool server (bench/run.sh starts one)')
+  }
   await section('coldSerial', 'cold create → first runCode, serial', coldSerial)
   await section('coldConcurrent', `cold create → first runCode, ${size.BENCH_CONCURRENCY} concurrent`, coldConcurrent)
   await section('oneSandbox', 'one code-interpreter sandbox', oneSandbox)

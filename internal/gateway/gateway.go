@@ -167,7 +167,7 @@ func (g *Gateway) serveRoute(w http.ResponseWriter, r *http.Request, route Route
 	// closes the upstream connection mid-response. HTTP/2 is always full duplex and
 	// reports ErrNotSupported, which is fine.
 	_ = http.NewResponseController(w).EnableFullDuplex()
-	g.proxy.ServeHTTP(w, out)
+	g.proxy.ServeHTTP(&relayWriter{ResponseWriter: w, stream: cs}, out)
 	if cs.killed.Load() {
 		// The sandbox was closed mid-request: never finish the response cleanly.
 		// HTTP/1 connections are already reset; HTTP/2 streams get RST_STREAM.

@@ -176,3 +176,27 @@ func (b *completionBody) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// relayWriter is the client response the proxy writes to. The proxy flushes
+// after every chunk it relays; once the sandbox's response has been read to its
+// end (stream complete) relayWriter skips that flush, so the last bytes leave
+// together with the response's end (terminating chunk or HTTP/2 END_STREAM)
+// when the handler returns: one write and one client wake-up less per request,
+// the same bytes. Unwrap keeps http.ResponseController (hijack for upgrades,
+// deadlines) working on the underlying writer.
+type relayWriter struct {
+	http.ResponseWriter
+	stream *clientStream
+}
+
+// FlushError flushes buffered response bytes to the client unless the
+// upstream response is complete (see relayWriter).
+func (w *relayWriter) FlushError() error {
+	if w.stream.complete.Load() {
+		return nil
+	}
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Unwrap returns the client's ResponseWriter (for http.ResponseController).
+func (w *relayWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

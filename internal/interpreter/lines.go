@@ -91,8 +91,13 @@ func stripQuotes(s string) string {
 	return s
 }
 
-// stream writes NDJSON lines to an HTTP response, flushing each one; it emits
-// keepalive lines while idle and keeps only the first error line. After
+// stream writes NDJSON lines to an HTTP response, flushing each line a client
+// acts on at once (output, results, errors, keepalives); it emits keepalive
+// lines while idle and keeps only the first error line. Lines no SDK callback
+// consumes are buffered instead: number_of_executions leaves with the next
+// flushed line, and end_of_execution with the response's final chunk when the
+// handler returns, which saves a write (and a client wake-up) per execution
+// without changing the bytes on the wire (E2B wire §4.2). After
 // suppressErrors (the service cancelled the cell) kernel errors are dropped so
 // the service's own reason is the one reported. Safe for concurrent use.
 type stream struct {
@@ -102,6 +107,7 @@ type stream struct {
 	enc        *json.Encoder
 	last       time.Time
 	errSent    bool
+	ended      bool // end was called: no keepalive may follow
 	suppress   bool
 	writeErr   error
 	onWriteErr func()
@@ -131,8 +137,8 @@ func (s *stream) flushLocked() {
 	s.last = time.Now()
 }
 
-// write encodes one line (json.Encoder adds the newline; strings never hold raw
-// newlines because JSON escapes them).
+// write encodes one line and flushes it (json.Encoder adds the newline;
+// strings never hold raw newlines because JSON escapes them).
 func (s *stream) write(v any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -140,30 +146,47 @@ func (s *stream) write(v any) {
 }
 
 func (s *stream) writeLocked(v any) {
+	if s.bufferLocked(v) {
+		s.flushLocked()
+	}
+}
+
+// bufferLocked encodes one line into the response buffer without flushing it;
+// false when the stream has failed.
+func (s *stream) bufferLocked(v any) bool {
 	if s.writeErr != nil {
-		return
+		return false
 	}
 	if err := s.enc.Encode(v); err != nil {
 		s.writeErr = err
 		if s.onWriteErr != nil {
 			go s.onWriteErr()
 		}
-		return
+		return false
 	}
-	s.flushLocked()
+	return true
+}
+
+// buffer encodes one line without flushing it.
+func (s *stream) buffer(v any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.bufferLocked(v)
 }
 
 // keepalive writes a keepalive line when nothing was written for at least d.
 func (s *stream) keepalive(d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if time.Since(s.last) >= d {
+	if !s.ended && time.Since(s.last) >= d {
 		s.writeLocked(map[string]string{"type": lineKeepalive})
 	}
 }
 
+// executions buffers the number_of_executions line: clients only read it into
+// the final Execution, so it waits for the next flushed line.
 func (s *stream) executions(n int) {
-	s.write(map[string]any{"type": lineExecutions, "execution_count": n})
+	s.buffer(map[string]any{"type": lineExecutions, "execution_count": n})
 }
 
 // output writes a stdout/stderr line; ts is ISO 8601 ("" = now).
@@ -214,7 +237,15 @@ func (s *stream) suppressErrors() {
 	s.mu.Unlock()
 }
 
-func (s *stream) end() { s.write(map[string]string{"type": lineEnd}) }
+// end buffers the end_of_execution line; the HTTP server sends it together
+// with the response's terminating chunk once the handler returns, so the
+// caller must return promptly after end.
+func (s *stream) end() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ended = true
+	s.bufferLocked(map[string]string{"type": lineEnd})
+}
 
 // failed reports whether a write to the client failed.
 func (s *stream) failed() bool {
