@@ -185,11 +185,19 @@ async function warmPool() {
   const t0 = now()
   const conc = await pool(range(n), n, () => coldCycle('pool', true))
   const wall = now() - t0
+  // Baseline: the same clients run one more cell at once on their (now warm)
+  // sandboxes, which is what 20 concurrent first results cost without any create.
+  const again = await pool(conc, n, async (r) => {
+    const t = now()
+    await runCodeOk(r.sbx, '1 + 1')
+    return now() - t
+  })
   await killAll(conc.map((r) => r.sbx)) // after the clock: kills would load the other clients
   const hits2 = await poolHits()
   stat('poolConcurrent', `warm pool create → first runCode result, ${n} concurrent`, conc.map((r) => r.total), ms,
     `wall ${ms(wall)}; ${hits2 - hits1}/${n} served warm`)
   stat('poolConcurrentCreate', '  of which Sandbox.create returns', conc.map((r) => r.create))
+  stat('concurrentRunCode', `  baseline: ${n} concurrent runCode, no create`, again, ms, 'the same sandboxes, second cell')
 }
 
 async function coldSerial() {

@@ -89,7 +89,8 @@ func TestCountersAndHistogram(t *testing.T) {
 	out := scrape(t, m)
 	wantLine(t, out, `cubby_sandbox_create_duration_seconds_count{outcome="ok",template="base"} 2`)
 	wantLine(t, out, `cubby_sandbox_create_duration_seconds_sum{outcome="ok",template="base"} 3.3`)
-	wantLine(t, out, `cubby_sandbox_create_duration_seconds_bucket{outcome="ok",template="base",le="0.4"} 1`)
+	wantLine(t, out, `cubby_sandbox_create_duration_seconds_bucket{outcome="ok",template="base",le="0.16"} 0`)
+	wantLine(t, out, `cubby_sandbox_create_duration_seconds_bucket{outcome="ok",template="base",le="0.32"} 1`)
 	wantLine(t, out, `cubby_sandbox_create_duration_seconds_count{outcome="error",template="base"} 1`)
 	wantLine(t, out, `cubby_sandbox_kills_total{reason="timeout"} 2`)
 	wantLine(t, out, `cubby_template_builds_total{outcome="ok"} 1`)
@@ -154,7 +155,15 @@ func TestInstrument(t *testing.T) {
 	do("GET", "/sandbox/x")
 	upgrade(t, srv.Listener.Addr().String())
 
-	out := scrape(t, m)
+	// The upgrade is counted when its handler returns, which may be after the
+	// client has read the 101.
+	var out string
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		out = scrape(t, m)
+		if strings.Contains(out, `cubby_gateway_requests_total{code="1xx"} 1`) || time.Now().After(deadline) {
+			break
+		}
+	}
 	wantLine(t, out, `cubby_api_requests_total{code="404",route="GET /sandboxes/{id}"} 2`)
 	wantLine(t, out, `cubby_api_requests_total{code="200",route="POST /sandboxes"} 1`)
 	wantLine(t, out, `cubby_api_requests_total{code="404",route="unmatched"} 1`)
