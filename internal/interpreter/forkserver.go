@@ -36,7 +36,8 @@ type forkServer struct {
 
 	mu       sync.Mutex
 	srv      *zygote.Server
-	starting chan struct{} // closed when the running start attempt ends
+	lateFor  *zygote.Server // the server whose late preload was begun
+	starting chan struct{}  // closed when the running start attempt ends
 	lastTry  time.Time
 	closed   bool
 	bg       sync.WaitGroup
@@ -140,6 +141,49 @@ func (f *forkServer) close() {
 	if srv != nil {
 		srv.Close()
 	}
+}
+
+// preloadLate makes the running server import its Config.Late modules and
+// waits for that (bounded by ctx); false without a live server or when that
+// failed. The first kernelStarted call logs the timings.
+func (f *forkServer) preloadLate(ctx context.Context) bool {
+	srv := f.current()
+	if srv == nil || !srv.Alive() {
+		return false
+	}
+	ms, err := srv.PreloadLate(ctx)
+	if err != nil {
+		if ctx.Err() == nil && srv.Alive() {
+			f.log.Warn("python fork server: late preload", "err", err)
+		}
+		return false
+	}
+	return len(ms) > 0 && srv.Alive()
+}
+
+// kernelStarted is called after a kernel forked by the running server has
+// answered: the first time per server, that server's late preload begins in
+// the background (so it never delays the first kernel).
+func (f *forkServer) kernelStarted() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	srv := f.srv
+	if srv == nil || f.closed || f.lateFor == srv {
+		return
+	}
+	f.lateFor = srv
+	f.bg.Go(func() { f.preloadLateOn(f.life, srv) })
+}
+
+func (f *forkServer) preloadLateOn(ctx context.Context, srv *zygote.Server) {
+	ms, err := srv.PreloadLate(ctx)
+	if err != nil {
+		if ctx.Err() == nil && srv.Alive() {
+			f.log.Warn("python fork server: late preload", "err", err)
+		}
+		return
+	}
+	f.log.Info("python fork server: late preload done", "import_ms", ms)
 }
 
 // current returns the running server (nil if none); for tests and metrics.

@@ -2,6 +2,7 @@ package interpreter
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"slices"
@@ -115,15 +116,15 @@ func TestNoZygoteStartsCold(t *testing.T) {
 }
 
 // TestChartsFromPreloadedStack checks that a kernel forked from a server that
-// preloaded matplotlib.pyplot and the display extension still gets inline
-// figures (flushed at the end of the cell) with e2b/chart data.
+// preloaded matplotlib.pyplot and the display extension (EagerPreload) still
+// gets inline figures (flushed at the end of the cell) with e2b/chart data.
 func TestChartsFromPreloadedStack(t *testing.T) {
 	havePython(t)
 	dir := t.TempDir()
 	if err := python.Install(dir); err != nil {
 		t.Fatal(err)
 	}
-	s, base := newService(t, func(c *Config) { c.PythonPath, c.ZygotePreload = []string{dir}, nil })
+	s, base := newService(t, func(c *Config) { c.PythonPath, c.ZygotePreload, c.EagerPreload = []string{dir}, nil, true })
 	info := s.fork.current().Info()
 	if !slices.Contains(info.Preloaded, "matplotlib.pyplot") {
 		t.Skipf("matplotlib not installed: %v", info.Failed)
@@ -134,5 +135,47 @@ func TestChartsFromPreloadedStack(t *testing.T) {
 	x := runCode(t, base, code("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.title('t')\nNone"))
 	if len(x.results) != 1 || x.results[0]["png"] == nil || x.results[0]["chart"] == nil {
 		t.Fatalf("figure results: %v", x.lines)
+	}
+}
+
+// TestDataStackPreloadedAfterDefault checks the default (late) preload: the
+// fork server forks the default Python context before importing the data
+// stack; once StartDefaults has returned, the still unused default context has
+// been re-forked with it loaded, as are new contexts, and figures work. A used
+// context is never re-forked.
+func TestDataStackPreloadedAfterDefault(t *testing.T) {
+	havePython(t)
+	dir := t.TempDir()
+	if err := python.Install(dir); err != nil {
+		t.Fatal(err)
+	}
+	s, base := newService(t, func(c *Config) { c.PythonPath, c.ZygotePreload = []string{dir}, []string{"matplotlib.pyplot"} })
+	if info := s.fork.current().Info(); slices.Contains(info.Preloaded, "matplotlib.pyplot") ||
+		!slices.Contains(info.Preloaded, python.ModuleName) {
+		t.Fatalf("fork server ready report %+v: want only the extension before the first fork", info)
+	}
+	loaded := "import os, sys; ('matplotlib.pyplot' in sys.modules, os.getppid())"
+	want := fmt.Sprintf("(True, %d)", s.fork.current().Pid())
+	c := createContext(t, base, map[string]any{"language": "python"})
+	if x := runCode(t, base, map[string]any{"context_id": c.ID, "code": loaded}); len(x.results) != 1 || x.results[0]["text"] != want {
+		t.Skipf("matplotlib not installed? new context: %v, want %s", x.lines, want)
+	}
+	if x := runCode(t, base, code(loaded)); len(x.results) != 1 || x.results[0]["text"] != want {
+		t.Fatalf("unused default context not re-forked after the late preload: %v, want %s", x.lines, want)
+	}
+	plot := "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.title('t')\nNone"
+	for _, in := range []map[string]any{code(plot), {"context_id": c.ID, "code": plot}} {
+		if x := runCode(t, base, in); len(x.results) != 1 || x.results[0]["png"] == nil || x.results[0]["chart"] == nil {
+			t.Fatalf("figure results in %v: %v", in["context_id"], x.lines)
+		}
+	}
+	pid := kernelPid(t, s, defaultID(s, LangPython))
+	runCode(t, base, code("kept = 7"))
+	s.refork(context.Background(), LangPython)
+	if got := kernelPid(t, s, defaultID(s, LangPython)); got != pid {
+		t.Fatalf("used default context re-forked: kernel %d, was %d", got, pid)
+	}
+	if x := runCode(t, base, code("kept")); len(x.results) != 1 || x.results[0]["text"] != "7" {
+		t.Fatalf("state lost: %v", x.lines)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -80,8 +81,26 @@ type Config struct {
 	// ZygotePreload lists modules the fork server imports besides ipykernel
 	// and PythonExtension, so that kernels start with them loaded (nil =
 	// zygote.DefaultPreload(): numpy, pandas, matplotlib, matplotlib.pyplot,
-	// each if installed; empty = none).
+	// each if installed; empty = none). Unless EagerPreload is set they are
+	// imported after the first Python context is ready: that kernel imports
+	// them itself when its code does; later contexts fork with them loaded.
 	ZygotePreload []string
+	// EagerPreload makes the fork server import ZygotePreload before it forks
+	// the first kernel (~0.6 s more before the first Python context answers,
+	// but the default context starts with the data stack loaded).
+	EagerPreload bool
+	// ZygoteExclude lists modules the fork server hides while it imports
+	// ipykernel, so forked kernels run without them (nil =
+	// zygote.DefaultExclude(): debugpy and jedi, which only serve the Jupyter
+	// debug_request and complete_request that Cubby's API never sends; ~0.2 s
+	// of the first Python context's start; empty = none). Kernels can still
+	// import them; cold kernels are unaffected.
+	ZygoteExclude []string
+	// ParallelDefaults starts every default language at once, as before; by
+	// default StartDefaults starts Python first and the other languages once
+	// Python's context is ready (or failed), so they do not compete for CPU
+	// with the context a first runCode most likely needs.
+	ParallelDefaults bool
 }
 
 // Context is a code context as the API returns it (E2B wire §4.1).
@@ -98,16 +117,37 @@ type codeContext struct {
 	eng     engine
 	sem     chan struct{}
 	deleted atomic.Bool
+	used    atomic.Bool // lock was taken: the kernel may hold user state
 }
 
 // lock waits for the context's turn; false when ctx ended first.
 func (c *codeContext) lock(ctx context.Context) bool {
 	select {
 	case c.sem <- struct{}{}:
+		c.used.Store(true)
 		return true
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// lockUnused takes the context's turn only if it is free and the context has
+// never been locked (so its kernel holds no user state); it does not mark the
+// context used.
+func (c *codeContext) lockUnused() bool {
+	if c.used.Load() {
+		return false
+	}
+	select {
+	case c.sem <- struct{}{}:
+	default:
+		return false
+	}
+	if c.used.Load() {
+		<-c.sem
+		return false
+	}
+	return true
 }
 
 func (c *codeContext) unlock() { <-c.sem }
@@ -128,6 +168,9 @@ type Service struct {
 	bg       sync.WaitGroup
 	fork     *forkServer        // nil with Config.NoZygote
 	oom      jupyter.OOMCounter // memory cgroup of the service (and its kernels); nil = unknown
+
+	defaultsDone chan struct{} // closed when StartDefaults has returned
+	defaultsOnce sync.Once
 }
 
 // account is the user kernels run as.
@@ -187,7 +230,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, log: cfg.Log, acct: acct, specDirs: cfg.KernelSpecDirs,
 		contexts: map[string]*codeContext{}, defaults: map[string]*codeContext{},
-		creating: map[string]chan struct{}{}}
+		creating: map[string]chan struct{}{}, defaultsDone: make(chan struct{})}
 	if !cfg.NoZygote {
 		s.fork = newForkServer(s.zygoteConfig, cfg.StartTimeout, cfg.Log)
 	}
@@ -207,13 +250,21 @@ func (s *Service) zygoteConfig(python string) zygote.Config {
 	if preload == nil {
 		preload = zygote.DefaultPreload()
 	}
-	preload = append([]string(nil), preload...)
+	early, late := []string{}, append([]string(nil), preload...)
+	if s.cfg.EagerPreload {
+		early, late = late, nil
+	}
 	if s.cfg.PythonExtension != "-" {
-		preload = append(preload, s.cfg.PythonExtension)
+		early = append(early, s.cfg.PythonExtension)
+	}
+	exclude := s.cfg.ZygoteExclude
+	if exclude == nil {
+		exclude = zygote.DefaultExclude()
 	}
 	env := s.sandboxEnv(nil)
-	c := zygote.Config{Python: python, Preload: preload, Env: s.kernelEnv(env, s.pythonEnv(env)),
-		Dir: "/", Credential: s.acct.cred, RuntimeDir: s.cfg.RuntimeDir, Log: s.log.With("svc", "zygote")}
+	c := zygote.Config{Python: python, Preload: early, Late: late, Exclude: exclude,
+		Env: s.kernelEnv(env, s.pythonEnv(env)), Dir: "/", Credential: s.acct.cred, RuntimeDir: s.cfg.RuntimeDir,
+		Log: s.log.With("svc", "zygote")}
 	if s.cfg.KernelLogDir != "" {
 		c.LogPath = filepath.Join(s.cfg.KernelLogDir, "zygote.log")
 	}
@@ -221,27 +272,81 @@ func (s *Service) zygoteConfig(python string) zygote.Config {
 }
 
 // StartDefaults creates the default context of every Config.DefaultLanguages
-// entry that is installed, concurrently, so the first runCode does not pay for a
-// kernel start. It returns the start errors of installed languages.
+// entry that is installed, so the first runCode does not pay for a kernel
+// start: Python first, then the other languages concurrently with the fork
+// server's late preload (all at once with Config.ParallelDefaults). It returns
+// once all are started (or failed), with the start errors of installed
+// languages.
 func (s *Service) StartDefaults(ctx context.Context) error {
+	defer s.defaultsOnce.Do(func() { close(s.defaultsDone) })
+	t0 := time.Now()
+	langs := make([]string, len(s.cfg.DefaultLanguages))
+	for i, l := range s.cfg.DefaultLanguages {
+		langs[i] = NormalizeLanguage(l)
+	}
+	errs := make([]error, len(langs))
+	start := func(i int) {
+		_, err := s.defaultContext(ctx, langs[i], s.sandboxEnv(nil))
+		switch {
+		case errors.Is(err, ErrUnknownLanguage):
+			s.log.Info("default context skipped", "language", langs[i], "err", err)
+			err = nil
+		case err == nil:
+			s.log.Info("default context ready", "language", langs[i], "ms", time.Since(t0).Milliseconds())
+		}
+		errs[i] = err
+	}
 	var wg sync.WaitGroup
-	errs := make([]error, len(s.cfg.DefaultLanguages))
-	env := s.sandboxEnv(nil)
-	for i, lang := range s.cfg.DefaultLanguages {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, err := s.defaultContext(ctx, NormalizeLanguage(lang), env)
-			if errors.Is(err, ErrUnknownLanguage) {
-				s.log.Info("default context skipped", "language", lang, "err", err)
-				err = nil
+	first := -1
+	if !s.cfg.ParallelDefaults {
+		first = slices.Index(langs, LangPython)
+	}
+	if first >= 0 {
+		start(first)
+	}
+	for i := range langs {
+		if i != first {
+			wg.Go(func() { start(i) })
+		}
+	}
+	if s.fork != nil && !s.cfg.EagerPreload {
+		wg.Go(func() {
+			if s.fork.preloadLate(ctx) {
+				s.refork(ctx, LangPython)
 			}
-			errs[i] = err
-		}()
+		})
 	}
 	wg.Wait()
 	return errors.Join(errs...)
 }
+
+// refork restarts the default context of language (Python) through the fork
+// server if nothing has run in it yet, so that its kernel shares the modules
+// the server imported after the context started (the late preload). A request
+// arriving meanwhile waits for the restart (~0.1 s).
+func (s *Service) refork(ctx context.Context, language string) {
+	s.mu.Lock()
+	c := s.defaults[language]
+	s.mu.Unlock()
+	if c == nil || !c.lockUnused() {
+		return
+	}
+	defer c.unlock()
+	if c.deleted.Load() {
+		return
+	}
+	t0 := time.Now()
+	if err := c.eng.restart(ctx); err != nil {
+		s.log.Warn("default context: restart after the late preload", "language", language, "err", err)
+		return
+	}
+	s.log.Info("default context restarted with the late preload", "language", language, "ms", time.Since(t0).Milliseconds())
+}
+
+// DefaultsStarted returns a channel closed once StartDefaults has returned:
+// every installed default language then has a live context (or failed to
+// start, which StartDefaults reported).
+func (s *Service) DefaultsStarted() <-chan struct{} { return s.defaultsDone }
 
 // Close kills every kernel and waits for background restarts. Idempotent.
 func (s *Service) Close() error {
@@ -336,6 +441,9 @@ func (s *Service) createContext(ctx context.Context, language, cwd string, env m
 	eng, err := s.startEngine(ctx, b, id, cwd, env)
 	if err != nil {
 		return nil, fmt.Errorf("start %s context: %w", language, err)
+	}
+	if b.python && s.fork != nil {
+		s.fork.kernelStarted()
 	}
 	c := &codeContext{Context: Context{ID: id, Language: language, Cwd: cwd}, eng: eng, sem: make(chan struct{}, 1)}
 	s.mu.Lock()

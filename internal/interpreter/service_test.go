@@ -629,3 +629,20 @@ func TestRunsAsConfiguredUser(t *testing.T) {
 		t.Fatalf("python identity: %v", x.lines)
 	}
 }
+
+// TestStartDefaultsPythonFirst checks the start order: the Python context is
+// started (and registered) before the other default languages begin, even
+// when they are listed first and start faster (bash: milliseconds).
+func TestStartDefaultsPythonFirst(t *testing.T) {
+	havePython(t)
+	s, base := newService(t, func(c *Config) { c.DefaultLanguages = []string{LangBash, LangPython} })
+	got := listContexts(t, base)
+	if len(got) != 2 || got[0].Language != LangPython || got[1].Language != LangBash {
+		t.Fatalf("contexts in creation order %+v, want python then bash", got)
+	}
+	select {
+	case <-s.DefaultsStarted():
+	default:
+		t.Fatal("DefaultsStarted not closed after StartDefaults returned")
+	}
+}

@@ -273,8 +273,11 @@ func (in *instance) handshake(ctx context.Context) (KernelInfo, error) {
 	}
 	var info KernelInfo
 	gotReply, gotIOPub := false, false
+	// Until the first reply the request is queued on the DEALER anyway; once a
+	// reply came without iopub traffic (the SUB joined too late), re-send soon.
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
+	const resendAfterReply = 10 * time.Millisecond
 	for {
 		select {
 		case <-q.notify:
@@ -283,6 +286,9 @@ func (in *instance) handshake(ctx context.Context) (KernelInfo, error) {
 				case m.Channel == "shell" && m.Type() == "kernel_info_reply":
 					if err := m.Decode(&info); err != nil {
 						return info, err
+					}
+					if !gotReply {
+						tick.Reset(resendAfterReply)
 					}
 					gotReply = true
 				case m.Channel == "iopub":

@@ -1,6 +1,7 @@
 package zygote
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -73,6 +74,48 @@ func (s *Server) Launch(ctx context.Context, req jupyter.LaunchRequest) (jupyter
 		return nil, fmt.Errorf("fork kernel: %w", ctx.Err())
 	}
 	return p, nil
+}
+
+// PreloadLate asks the server to import Config.Late now and waits until it has
+// (or ctx ends; the imports go on regardless). It returns the time each import
+// took, in milliseconds. Forks requested meanwhile are served between two
+// imports. Calling it again only waits. Errors wrap ErrUnavailable when the
+// server is gone.
+func (s *Server) PreloadLate(ctx context.Context) (map[string]float64, error) {
+	if !s.Alive() {
+		return nil, fmt.Errorf("preload: %w (%v)", ErrUnavailable, s.exitError())
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", s.socket)
+	if err != nil {
+		return nil, fmt.Errorf("preload: %w: %w", ErrUnavailable, err)
+	}
+	conn := c.(*net.UnixConn)
+	defer conn.Close()
+	if err := send(ctx, conn, []byte(`{"op":"preload"}`+"\n"), nil); err != nil {
+		return nil, fmt.Errorf("preload: send request: %w", err)
+	}
+	stop := context.AfterFunc(ctx, func() { conn.SetReadDeadline(time.Now()) })
+	defer stop()
+	line, err := bufio.NewReader(conn).ReadBytes('\n')
+	if err != nil {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return nil, fmt.Errorf("preload: read reply: %w", err)
+	}
+	var r struct {
+		OK       bool               `json:"ok"`
+		ImportMs map[string]float64 `json:"import_ms"`
+		Error    string             `json:"error"`
+	}
+	if err := json.Unmarshal(line, &r); err != nil {
+		return nil, fmt.Errorf("preload: decode reply %q: %w", line, err)
+	}
+	if !r.OK {
+		return nil, fmt.Errorf("preload: %s", r.Error)
+	}
+	return r.ImportMs, nil
 }
 
 // kernelArgs returns the ipykernel arguments of argv, or ErrUnsupported.

@@ -52,6 +52,17 @@ type Config struct {
 	// that fails to import is reported in Info.Failed). ipykernel is always
 	// imported. nil = DefaultPreload(); empty = none.
 	Preload []string
+	// Late lists modules imported only after Server.PreloadLate, one at a
+	// time between fork requests, best effort (failures go to the log). It
+	// lets the first kernel fork before the data stack is imported while
+	// later kernels still start with it loaded. Kernels forked before a
+	// module was imported import it themselves when they need it.
+	Late []string
+	// Exclude lists top-level modules that are unimportable while the server
+	// imports ipykernel and Preload, so that ipykernel falls back to running
+	// without them; afterwards they import normally (kernels can import them).
+	// DefaultExclude lists what the interpreter service hides.
+	Exclude []string
 	// Env is the server's environment ("KEY=value"; nil = os.Environ()). It
 	// matters for what preloaded modules read at import time (PYTHONPATH for
 	// the extension, thread-count variables); each kernel gets its own env.
@@ -81,7 +92,22 @@ type Info struct {
 	Preloaded []string `json:"preloaded"`
 	// Failed maps the modules that failed to import to the error.
 	Failed map[string]string `json:"failed"`
+	// ImportMs maps ipykernel.kernelapp and each Preload module to the time
+	// its import took in the server, in milliseconds (a module already
+	// imported by an earlier one costs ~0).
+	ImportMs map[string]float64 `json:"import_ms"`
+	// ReadyMs is the time from spawning the server to its ready line, in
+	// milliseconds (interpreter start plus the imports).
+	ReadyMs float64 `json:"-"`
 }
+
+// DefaultExclude returns the Config.Exclude list the interpreter service uses
+// unless configured otherwise: debugpy (the Jupyter debugger backend: kernels
+// then answer kernel_info with "debugger": false and do not serve
+// debug_request; ~0.15 s of ipykernel's import) and jedi (IPython then
+// completes without jedi in complete_request; ~0.07 s). Cubby's API sends
+// neither request.
+func DefaultExclude() []string { return []string{"debugpy", "jedi"} }
 
 // Server is a running fork server. Its methods are safe for concurrent use.
 type Server struct {
@@ -111,6 +137,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := s.prepare(); err != nil {
 		return nil, fmt.Errorf("start fork server: %w", err)
 	}
+	t0 := time.Now()
 	ready, err := s.spawn()
 	if err != nil {
 		os.RemoveAll(s.dir)
@@ -120,8 +147,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		s.kill()
 		return nil, fmt.Errorf("start fork server: %w", err)
 	}
-	s.log.Info("python fork server ready", "pid", s.info.Pid, "preloaded", s.info.Preloaded,
-		"failed", s.info.Failed)
+	s.info.ReadyMs = float64(time.Since(t0).Microseconds()) / 1e3
+	s.log.Info("python fork server ready", "pid", s.info.Pid, "ready_ms", s.info.ReadyMs,
+		"import_ms", s.info.ImportMs, "preloaded", s.info.Preloaded, "failed", s.info.Failed)
 	return s, nil
 }
 
@@ -169,7 +197,8 @@ func (s *Server) prepare() error {
 
 // spawn starts the Python process: fd 0 = control pipe, fd 3 = ready pipe.
 func (s *Server) spawn() (*os.File, error) {
-	conf, err := json.Marshal(map[string]any{"socket": s.socket, "preload": s.cfg.Preload})
+	conf, err := json.Marshal(map[string]any{"socket": s.socket, "preload": s.cfg.Preload,
+		"late": s.cfg.Late, "exclude": s.cfg.Exclude})
 	if err != nil {
 		return nil, fmt.Errorf("encode config: %w", err)
 	}

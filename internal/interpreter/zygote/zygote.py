@@ -5,10 +5,16 @@ Started once per sandbox by the Cubby agent as
     python3 zygote.py '<config json>'
 
 with fd 0 a pipe from the agent (EOF = exit) and fd 3 a pipe on which one
-ready line is written. The config is {"socket": path, "preload": [module...]}.
-It imports ipykernel (required) and the preload modules (best effort), freezes
-the garbage collector and serves a unix socket. Each connection carries one
-request line, with the kernel's output fd attached (SCM_RIGHTS):
+ready line is written. The config is {"socket": path, "preload": [module...],
+"late": [module...], "exclude": [module...]}. It imports ipykernel (required)
+and the preload modules (best effort), with the "exclude" modules unimportable
+meanwhile (ipykernel then runs without them, e.g. without debugpy), freezes the
+garbage collector and serves a unix socket. The ready line reports how long
+each import took ("import_ms"). Each connection carries one request line.
+{"op": "preload"} starts importing the "late" modules, one at a time between
+requests (so a fork never waits for more than one import), and is answered
+{"ok": true, "import_ms": {module: ms}} once they are all imported. Any other
+request, sent with the kernel's output fd attached (SCM_RIGHTS), is a fork:
 
     {"connection_file": path, "args": [ipykernel_launcher args...], "cwd": dir,
      "env": {name: value}, "uid": n|null, "gid": n|null, "groups": [n]|null}
@@ -25,6 +31,7 @@ import os
 import signal
 import socket
 import sys
+import time
 import traceback
 
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
@@ -38,18 +45,20 @@ def main():
     handlers = {s: signal.getsignal(s) for s in signal.valid_signals() if _catchable(s)}
     ready = os.fdopen(3, "w")
     os.environ.setdefault("MPLBACKEND", INLINE_BACKEND)
-    try:
-        os.close(os.pidfd_open(os.getpid()))  # the agent watches kernels through pidfds
-        import ipykernel.kernelapp  # noqa: F401 (the point is to import it)
-    except Exception as e:  # noqa: BLE001 (reported to the agent)
-        ready.write(json.dumps({"error": "%s: %s" % (type(e).__name__, e)}) + "\n")
-        ready.close()
-        sys.exit(2)
-    loaded, failed = preload(cfg.get("preload") or [])
-    server = Server(cfg["socket"], handlers, start_env)
-    gc.collect()
-    gc.freeze()
-    ready.write(json.dumps({"ready": True, "pid": os.getpid(), "preloaded": loaded, "failed": failed}) + "\n")
+    timings = {}
+    with Excluded(cfg.get("exclude") or []):
+        try:
+            os.close(os.pidfd_open(os.getpid()))  # the agent watches kernels through pidfds
+            timed_import("ipykernel.kernelapp", timings)
+        except Exception as e:  # noqa: BLE001 (reported to the agent)
+            ready.write(json.dumps({"error": "%s: %s" % (type(e).__name__, e)}) + "\n")
+            ready.close()
+            sys.exit(2)
+        loaded, failed = preload(cfg.get("preload") or [], timings)
+    server = Server(cfg["socket"], handlers, start_env, cfg.get("late") or [])
+    gc.freeze()  # no gc.collect() first: imports leave next to no garbage and it costs ~35 ms here
+    ready.write(json.dumps({"ready": True, "pid": os.getpid(), "preloaded": loaded, "failed": failed,
+                            "import_ms": timings}) + "\n")
     ready.close()
     server.serve()
 
@@ -58,20 +67,56 @@ def _catchable(sig):
     return sig not in (signal.SIGKILL, signal.SIGSTOP)
 
 
-def preload(modules):
+def timed_import(name, timings):
+    t0 = time.perf_counter()
+    try:
+        __import__(name)
+    finally:
+        timings[name] = round((time.perf_counter() - t0) * 1e3, 1)
+
+
+def preload(modules, timings):
     loaded, failed = [], {}
     for name in modules:
         try:
-            __import__(name)
+            timed_import(name, timings)
             loaded.append(name)
         except Exception as e:  # noqa: BLE001 (optional modules)
             failed[name] = "%s: %s" % (type(e).__name__, e)
     return loaded, failed
 
 
+class Excluded:
+    """Makes some top-level modules unimportable (ModuleNotFoundError) inside
+    a with block, so that optional imports of ipykernel fall back; afterwards
+    they import normally again."""
+
+    def __init__(self, names):
+        self.names = set(names)
+
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in self.names:
+            raise ModuleNotFoundError("No module named %r (excluded by the fork server)" % name, name=name)
+        return None
+
+    def __enter__(self):
+        if self.names:
+            sys.meta_path.insert(0, self)
+        return self
+
+    def __exit__(self, *exc):
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        return False
+
+
 class Server:
-    def __init__(self, path, handlers, start_env):
+    def __init__(self, path, handlers, start_env, late):
         self.handlers = handlers
+        self.late = list(late)  # imported after {"op": "preload"}
+        self.late_started = False
+        self.late_ms = {}
+        self.waiters = []  # connections of preload requests, answered when self.late is done
         self.base_pythonpath = _pythonpath(os.environ.get("PYTHONPATH", ""))
         self.backend = os.environ.get("MPLBACKEND")
         # Variables that imports set (debugpy: PYDEVD_USE_FRAME_EVAL); a cold
@@ -100,7 +145,12 @@ class Server:
         for fd in (0, self.wake_r, self.listener.fileno()):
             poller.register(fd, select.POLLIN)
         while True:
-            for fd, _ in poller.poll():
+            pending = self.late_started and self.late
+            events = poller.poll(0 if pending else None)
+            if not events and pending:
+                self.import_late()
+                continue
+            for fd, _ in events:
                 if fd == 0 and not os.read(0, 4096):
                     return  # the agent closed our stdin (or died)
                 if fd == self.wake_r:
@@ -108,8 +158,27 @@ class Server:
                     self.reap()
                 if fd == self.listener.fileno():
                     conn, _ = self.listener.accept()
-                    with conn:
-                        self.handle(conn)
+                    if not self.handle(conn):
+                        conn.close()
+
+    def import_late(self):
+        name = self.late.pop(0)
+        _, failed = preload([name], self.late_ms)
+        print("late preload %s: %s ms%s" % (name, self.late_ms.get(name), (" (failed: %s)" % failed[name]) if failed else ""),
+              file=sys.stderr, flush=True)
+        if not self.late:
+            gc.collect()
+            gc.freeze()  # the newly imported objects too: kernels share their pages
+            self.answer_waiters()
+
+    def answer_waiters(self):
+        for c in self.waiters:
+            try:
+                c.sendall(_line({"ok": True, "import_ms": self.late_ms}))
+            except OSError:
+                pass
+            c.close()
+        self.waiters = []
 
     def reap(self):
         while True:
@@ -122,10 +191,17 @@ class Server:
             print("kernel %d exited: %s" % (pid, _status(status)), file=sys.stderr, flush=True)
 
     def handle(self, conn):
+        """Serves one request; True when conn was kept to be answered later."""
         conn.settimeout(10)
         fds = []
         try:
             req, fds = _read_request(conn)
+            if req.get("op") == "preload":
+                self.late_started = True
+                self.waiters.append(conn)
+                if not self.late:
+                    self.answer_waiters()
+                return True
             self.check(req)
             pid = self.fork(req, fds[0] if fds else -1, conn)
             try:
@@ -145,6 +221,7 @@ class Server:
         finally:
             for fd in fds:
                 os.close(fd)
+        return False
 
     def check(self, req):
         uid = req.get("uid")
@@ -193,6 +270,8 @@ class Child:
                 pass
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
         self.conn.close()
+        for c in srv.waiters:
+            c.close()
         srv.listener.close()
         os.close(srv.wake_r)
         os.close(srv.wake_w)

@@ -1,0 +1,91 @@
+package zygote
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cubby-dev/cubby/internal/jupyter"
+)
+
+// rollup returns /proc/<pid>/smaps_rollup fields in MiB.
+func rollup(tb testing.TB, pid int) map[string]float64 {
+	tb.Helper()
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if fs := strings.Fields(v); ok && len(fs) == 2 && fs[1] == "kB" {
+			n, _ := strconv.ParseFloat(fs[0], 64)
+			out[k] = n / 1024
+		}
+	}
+	return out
+}
+
+// BenchmarkIdleMemory reports the memory of a fork server and one idle
+// kernel forked from it (zygote-pss-MiB, kernel-pss-MiB, kernel-anon-MiB,
+// total-pss-MiB) and the server's start → ready time (ready-ms) for the
+// interpreter service's configurations: the data stack imported before the
+// first fork (eager) or not at all before it (late, the default), with the
+// default exclusions or none, with and without MALLOC_ARENA_MAX=2. Run with
+// -benchtime=1x.
+func BenchmarkIdleMemory(b *testing.B) {
+	py := pythonSpec(b).Argv[0]
+	cases := []struct {
+		name    string
+		preload []string
+		exclude []string
+		env     []string
+	}{
+		{"eager", DefaultPreload(), []string{}, nil},
+		{"eager-exclude", DefaultPreload(), DefaultExclude(), nil},
+		{"late-exclude", []string{}, DefaultExclude(), nil},
+		{"late-exclude-arenas2", []string{}, DefaultExclude(), []string{"MALLOC_ARENA_MAX=2"}},
+		{"eager-exclude-arenas2", DefaultPreload(), DefaultExclude(), []string{"MALLOC_ARENA_MAX=2"}},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			for range b.N {
+				env := append([]string{"PATH=/usr/bin:/bin", "HOME=" + os.TempDir()}, c.env...)
+				ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+				t0 := time.Now()
+				s, err := Start(ctx, Config{Python: py, Preload: c.preload, Exclude: c.exclude, Env: env, RuntimeDir: b.TempDir()})
+				cancel()
+				if err != nil {
+					b.Fatal(err)
+				}
+				ready := time.Since(t0)
+				o := jupyter.Options{ExtraArgs: pythonArgs, RuntimeDir: b.TempDir(), Launcher: s, Env: env}
+				ctx, cancel = context.WithTimeout(context.Background(), 60*time.Second)
+				k, err := jupyter.Start(ctx, pythonSpec(b), o)
+				cancel()
+				if err != nil {
+					s.Close()
+					b.Fatal(err)
+				}
+				if r, err := k.Execute(context.Background(), jupyter.ExecuteRequest{Code: "x = 1"}, nil); err != nil || r.Status != "ok" {
+					b.Fatalf("execute: %+v %v", r, err)
+				}
+				time.Sleep(time.Second) // idle
+				z, kk := rollup(b, s.Pid()), rollup(b, k.Pid())
+				k.Close()
+				s.Close()
+				b.ReportMetric(z["Pss"], "zygote-pss-MiB")
+				b.ReportMetric(kk["Pss"], "kernel-pss-MiB")
+				b.ReportMetric(kk["Anonymous"], "kernel-anon-MiB")
+				b.ReportMetric(z["Pss"]+kk["Pss"], "total-pss-MiB")
+				b.ReportMetric(float64(ready.Milliseconds()), "ready-ms")
+			}
+		})
+	}
+}
