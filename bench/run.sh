@@ -6,6 +6,8 @@
 #   runc  on bridge ${CUBBY_BENCH_BRIDGE:-cbbench}0, 10.81.0.0/20 (every section)
 #   runsc on bridge ${CUBBY_BENCH_BRIDGE:-cbbench}1, 10.81.16.0/20 (per-runtime rows;
 #         skipped when bin/runsc is missing: build it with `make runsc`)
+#   pyonly on bridge ${CUBBY_BENCH_BRIDGE:-cbbench}3, 10.81.48.0/20 with
+#         --default-contexts python (idle memory without the Deno kernel)
 #   pool  on bridge ${CUBBY_BENCH_BRIDGE:-cbbench}2, 10.81.32.0/20 with
 #         --pool code-interpreter=$BENCH_POOL_SIZE (warm-pool rows; measured first,
 #         then stopped so its refills do not load the other sections)
@@ -73,6 +75,8 @@ if [ -z "${E2B_API_URL:-}" ]; then
     start_server runsc "${bridge}1" 10.81.16.0/20 --runtime runsc --runsc "$runsc"
     export CUBBY_BENCH_RUNSC_URL=$server_url
   fi
+  start_server pyonly "${bridge}3" 10.81.48.0/20 --runtime runc --default-contexts python
+  export CUBBY_BENCH_PYONLY_URL=$server_url
   pool_size=${BENCH_POOL_SIZE:-20}
   start_server pool "${bridge}2" 10.81.32.0/20 --runtime runc --pool "code-interpreter=$pool_size" \
     --pool-memory-mb "${BENCH_POOL_MEMORY_MIB:-$((pool_size * 400))}"

@@ -37,6 +37,7 @@ const SIZES = {
   BENCH_RT_CREATES: 10, // per runtime: serial creates (base template)
   BENCH_RT_IDLE_N: 5, // per runtime: idle code-interpreter sandboxes measured
   BENCH_PAUSE_CYCLES: 20, // per runtime: pause → connect → runCode cycles
+  BENCH_PYONLY_N: 10, // idle sandboxes on the --default-contexts python server
 }
 const size = Object.fromEntries(Object.entries(SIZES).map(([k, d]) => [k, Number(process.env[k] ?? d)]))
 
@@ -45,6 +46,9 @@ const apiKey = process.env.E2B_API_KEY
 const servers = { runc: { apiUrl: process.env.E2B_API_URL, sandboxUrl: process.env.E2B_SANDBOX_URL } }
 if (process.env.CUBBY_BENCH_RUNSC_URL) {
   servers.runsc = { apiUrl: process.env.CUBBY_BENCH_RUNSC_URL, sandboxUrl: process.env.CUBBY_BENCH_RUNSC_URL }
+}
+if (process.env.CUBBY_BENCH_PYONLY_URL) {
+  servers.pyonly = { apiUrl: process.env.CUBBY_BENCH_PYONLY_URL, sandboxUrl: process.env.CUBBY_BENCH_PYONLY_URL }
 }
 if (process.env.CUBBY_BENCH_POOL_URL) {
   servers.pool = { apiUrl: process.env.CUBBY_BENCH_POOL_URL, sandboxUrl: process.env.CUBBY_BENCH_POOL_URL }
@@ -170,6 +174,8 @@ async function poolHits() {
 // full again, from BENCH_CONCURRENCY clients at once. The pool server is then
 // stopped so its refills do not load the later sections.
 async function warmPool() {
+  await waitPoolFull()
+  await coldCycle('pool') // unmeasured: the client's first connection and JIT warm-up
   await waitPoolFull()
   const hits0 = await poolHits()
   const serial = []
@@ -421,7 +427,7 @@ async function density() {
     }
   }
   if (!last) throw new Error(stopped || 'no sandbox measured')
-  const budget = size.BENCH_MEM_BUDGET_MIB ? size.BENCH_MEM_BUDGET_MIB * MiB : base.total - 2048 * MiB
+  const budget = densityBudget()
   const fit = Math.floor(budget / last.perSandbox)
   value('densityFit', `largest N in ${(budget / 1024 / MiB).toFixed(1)} GiB (computed)`, fit, String(fit),
     `budget ÷ max(mean memcg, mean PSS) at N=${last.n} = ${mib(last.perSandbox)}`)
@@ -430,7 +436,7 @@ async function density() {
 // --- per runtime --------------------------------------------------------------
 
 async function runtimeCreates() {
-  const rts = Object.keys(servers)
+  const rts = ['runc', 'runsc'].filter((rt) => servers[rt])
   const t = Object.fromEntries(rts.map((rt) => [rt, []]))
   for (let i = 0; i < size.BENCH_RT_CREATES; i++) {
     for (const rt of rts) {
@@ -444,10 +450,10 @@ async function runtimeCreates() {
   for (const rt of rts) stat(`create_${rt}`, `[${rt}] create (base template)`, t[rt], ms, 'Sandbox.create returns, interleaved')
 }
 
-async function runtimeIdle(rt) {
+async function runtimeIdle(rt, { n = size.BENCH_RT_IDLE_N, pause = true, note = '' } = {}) {
   const sbxs = []
   try {
-    const cycles = await pool(range(size.BENCH_RT_IDLE_N), 2, async () => {
+    const cycles = await pool(range(n), 2, async () => {
       const t0 = now()
       const sbx = await create(rt, CI)
       sbxs.push(sbx)
@@ -456,13 +462,31 @@ async function runtimeIdle(rt) {
       return { create: t1 - t0, total: now() - t0 }
     })
     stat(`ciCreate_${rt}`, `[${rt}] create → first runCode result`, cycles.map((c) => c.total), ms,
-      `code-interpreter, 2 concurrent; create alone p50 ${ms(quantile(cycles.map((c) => c.create), 0.5))}`)
+      `code-interpreter, 2 concurrent; create alone p50 ${ms(quantile(cycles.map((c) => c.create), 0.5))}${note}`)
     await sleep(size.BENCH_MEM_SETTLE_S * 1000)
-    memRows(`idle_${rt}`, `[${rt}] idle, N=${sbxs.length}`, await measureMemory(sbxs.map((s) => s.sandboxId)))
-    await section(`pause_${rt}`, `[${rt}] pause / resume`, () => pauseResume(rt, sbxs[0]))
+    const mem = memRows(`idle_${rt}`, `[${rt}] idle, N=${sbxs.length}`, await measureMemory(sbxs.map((s) => s.sandboxId)))
+    if (pause) await section(`pause_${rt}`, `[${rt}] pause / resume`, () => pauseResume(rt, sbxs[0]))
+    return mem
   } finally {
     await killAll(sbxs)
   }
+}
+
+// densityBudget is the memory (bytes) the largest-N figures divide:
+// BENCH_MEM_BUDGET_MIB, else MemTotal − 2 GiB.
+function densityBudget() {
+  return size.BENCH_MEM_BUDGET_MIB ? size.BENCH_MEM_BUDGET_MIB * MiB : hostMem().total - 2048 * MiB
+}
+
+// pyOnlyIdle: the same idle measurement on a server started with
+// --default-contexts python (no Deno kernel at boot), and the largest N that
+// would fit in the density budget at that figure.
+async function pyOnlyIdle() {
+  const mem = await runtimeIdle('pyonly', { n: size.BENCH_PYONLY_N, pause: false, note: '; --default-contexts python' })
+  const per = Math.max(mem.memcg, mem.pss)
+  const budget = densityBudget()
+  value('fit_pyonly', `[pyonly] largest N in ${(budget / 1024 / MiB).toFixed(1)} GiB (computed)`, Math.floor(budget / per),
+    String(Math.floor(budget / per)), `budget ÷ max(mean memcg, mean PSS) at N=${size.BENCH_PYONLY_N} = ${mib(per)}`)
 }
 
 // pauseResume: POST /sandboxes/{id}/pause (sbx.pause), then resume through connect
@@ -506,6 +530,7 @@ async function main() {
   if (servers.pool) {
     await section('warmPool', 'warm pool create → first runCode', warmPool)
     if (process.env.CUBBY_BENCH_POOL_PID) process.kill(Number(process.env.CUBBY_BENCH_POOL_PID), 'SIGTERM')
+    delete servers.pool
   } else {
     missing('warmPool', 'warm pool create → first runCode', 'no pool server (bench/run.sh starts one)')
   }
@@ -521,6 +546,9 @@ async function main() {
       continue
     }
     await section(`runtime_${rt}`, `[${rt}] idle memory and pause / resume`, () => runtimeIdle(rt))
+  }
+  if (servers.pyonly) {
+    await section('idle_pyonly', '[pyonly] idle memory, Python context only', () => pyOnlyIdle())
   }
   figures.elapsedS = (now() - t0) / 1000
   print()

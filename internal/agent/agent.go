@@ -33,6 +33,9 @@ type Config struct {
 	// InterpreterAddr is the code-interpreter listen address, default ":49999";
 	// "-" disables the code interpreter.
 	InterpreterAddr string
+	// DefaultContexts are the languages whose code contexts start at boot
+	// (nil = the interpreter's default, python and javascript; empty = none).
+	DefaultContexts []string
 	Log             *slog.Logger
 }
 
@@ -77,11 +80,12 @@ func New(cfg Config) *Agent {
 			cfg.Log.Warn("kernel logs disabled", "dir", kernelLogDir, "err", err)
 		}
 		interp, err := interpreter.New(interpreter.Config{
-			Env:          s.EnvVars,
-			User:         s.User(),
-			Workdir:      s.Workdir(),
-			Log:          cfg.Log.With("svc", "interpreter"),
-			KernelLogDir: kernelLogDir,
+			Env:              s.EnvVars,
+			User:             s.User(),
+			Workdir:          s.Workdir(),
+			Log:              cfg.Log.With("svc", "interpreter"),
+			KernelLogDir:     kernelLogDir,
+			DefaultLanguages: cfg.DefaultContexts,
 		})
 		if err != nil {
 			cfg.Log.Warn("code interpreter disabled", "err", err)

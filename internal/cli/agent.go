@@ -2,6 +2,7 @@ package cli
 
 import (
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -11,6 +12,7 @@ import (
 
 func newAgentCmd() *cobra.Command {
 	var addr string
+	var contexts []string
 	cmd := &cobra.Command{
 		Use:    "agent",
 		Short:  "Run the in-sandbox agent (envd protocol); started by cubby inside each sandbox",
@@ -25,10 +27,26 @@ func newAgentCmd() *cobra.Command {
 				os.Exit(code)
 			}
 			agent.PrewarmThreads(48)
-			a := agent.New(agent.Config{Addr: addr, Log: logger(cmd, true)})
+			cfg := agent.Config{Addr: addr, Log: logger(cmd, true)}
+			if cmd.Flags().Changed("default-contexts") {
+				cfg.DefaultContexts = nonEmpty(contexts)
+			}
+			a := agent.New(cfg)
 			return a.Serve(cmd.Context())
 		},
 	}
 	cmd.Flags().StringVar(&addr, "listen", ":49983", "envd listen address")
+	cmd.Flags().StringSliceVar(&contexts, "default-contexts", nil, "languages whose code contexts start at boot (default python,javascript; \"\" = none)")
 	return cmd
+}
+
+// nonEmpty drops empty entries (so --default-contexts "" means none).
+func nonEmpty(list []string) []string {
+	out := []string{}
+	for _, s := range list {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }

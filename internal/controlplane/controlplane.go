@@ -40,6 +40,9 @@ type Config struct {
 	EnvAPIKey string
 	// MetricsInterval is the period of the resource sampler. Default 5s.
 	MetricsInterval time.Duration
+	// DefaultContexts are the languages whose code contexts start when a
+	// sandbox boots; nil = the agent's default (python, javascript).
+	DefaultContexts []string
 	// Pool lists the warm pools to keep (template and size); empty = every
 	// create boots a sandbox. See package pool.
 	Pool []pool.Target

@@ -72,10 +72,15 @@ type Config struct {
 type key struct {
 	TemplateID, RootfsDir, Runtime string
 	CPUCount, MemoryMB, DiskSizeMB int
+	Contexts                       string // DefaultContexts joined; "-" for nil
 }
 
 func keyOf(r backend.CreateRequest) key {
-	return key{r.TemplateID, r.RootfsDir, r.Runtime, r.CPUCount, r.MemoryMB, r.DiskSizeMB}
+	contexts := "-"
+	if r.DefaultContexts != nil {
+		contexts = strings.Join(r.DefaultContexts, ",")
+	}
+	return key{r.TemplateID, r.RootfsDir, r.Runtime, r.CPUCount, r.MemoryMB, r.DiskSizeMB, contexts}
 }
 
 // member is one warm sandbox.

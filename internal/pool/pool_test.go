@@ -247,7 +247,7 @@ func TestMemoryBudgetCapsPool(t *testing.T) {
 	// Each sandbox measures 100 MiB: a 350 MiB budget holds 3 of the 10 asked
 	// for, however many refill rounds run.
 	p, _ := newTestPool(t, f, 10, 350<<20)
-	p.memEst[key{"tplid", "/t/v1", "", 2, 1024, 1024}] = 100 << 20
+	p.memEst[key{"tplid", "/t/v1", "", 2, 1024, 1024, "-"}] = 100 << 20
 	p.cfg.Interval = 5 * time.Millisecond
 	run(t, p)
 	waitReady(t, p, 3)

@@ -51,6 +51,7 @@ type Config struct {
 	Runtime         string        // default runtime of new sandboxes: "runc" (default) or "runsc"
 	MemoryMB        int           // memory limit of new sandboxes in MiB (a cap, not a reservation); default 1024
 	DefaultTemplate string        // default "base"
+	DefaultContexts []string      // languages whose code contexts start at boot; nil = python, javascript
 	Pool            []pool.Target // warm pools (template, size); none by default
 	PoolMemoryMB    int           // memory budget of the warm pools in MiB; 0 = a quarter of the host's RAM
 	EnvAPIKey       string        // CUBBY_API_KEY; accepted when set
@@ -215,6 +216,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 	cp, err := controlplane.New(controlplane.Config{
 		DefaultTemplate:  cfg.DefaultTemplate,
 		DefaultMemoryMB:  cfg.MemoryMB,
+		DefaultContexts:  cfg.DefaultContexts,
 		Pool:             cfg.Pool,
 		PoolMemoryBudget: uint64(cfg.PoolMemoryMB) << 20,
 		Domain:           cfg.Domain,

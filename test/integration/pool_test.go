@@ -166,3 +166,57 @@ func TestWarmPool(t *testing.T) {
 	s.wantGone(t, refill)
 	s.wantGone(t, sb.ID)
 }
+
+// TestDefaultContextsFlag: `--default-contexts python` boots code-interpreter
+// sandboxes with only the Python context; JavaScript starts on first use.
+func TestDefaultContextsFlag(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ts := testserver.Start(t, testserver.Options{BridgePrefix: "cbdc", Args: []string{"--default-contexts", "python"}})
+	s := &server{Server: ts, t: t}
+	sb := s.create(t, map[string]any{"templateID": "code-interpreter"})
+	if text, _ := sb.execute(ctx, t, "1 + 1"); text != "2" {
+		t.Fatalf("python runCode = %q", text)
+	}
+	langs := func() []string {
+		req, _ := http.NewRequestWithContext(ctx, "GET", sb.envdURL("/contexts"), nil)
+		resp, err := (&http.Client{Transport: &sandboxTransport{id: sb.ID, token: sb.Token, port: "49999"}}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var list []struct{ Language string }
+		if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, c := range list {
+			out = append(out, c.Language)
+		}
+		return out
+	}
+	// Once the agent is ready every default context has started.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, "GET", sb.envdURL("/ready"), nil)
+		resp, err := (&http.Client{Transport: &sandboxTransport{id: sb.ID, token: sb.Token}}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == 204 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent never ready: %d", resp.StatusCode)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := langs(); len(got) != 1 || got[0] != "python" {
+		t.Fatalf("contexts at boot = %v, want [python]", got)
+	}
+	out, code := sb.run(ctx, t, "cat /proc/1/cmdline | tr '\\0' ' '")
+	if code != 0 || !strings.Contains(out, "--default-contexts=python") {
+		t.Fatalf("sandbox init command line: %q", out)
+	}
+}

@@ -152,7 +152,7 @@ func (b *Backend) writeBundle(req backend.CreateRequest, s *sandbox, rootPath, n
 		ID:          req.SandboxID,
 		RootfsDir:   rootPath,
 		Hostname:    req.SandboxID,
-		Args:        []string{agentPath, "agent"},
+		Args:        agentArgs(req),
 		Env:         []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8"},
 		Cwd:         "/",
 		NetNSPath:   netnsPath,
@@ -169,6 +169,15 @@ func (b *Backend) writeBundle(req backend.CreateRequest, s *sandbox, rootPath, n
 		return fmt.Errorf("write bundle: %w", err)
 	}
 	return nil
+}
+
+// agentArgs is the sandbox's init command line.
+func agentArgs(req backend.CreateRequest) []string {
+	args := []string{agentPath, "agent"}
+	if req.DefaultContexts != nil {
+		args = append(args, "--default-contexts="+strings.Join(req.DefaultContexts, ","))
+	}
+	return args
 }
 
 // writeEtcFiles writes hostname, hosts and resolv.conf for the sandbox and returns
