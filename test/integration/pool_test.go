@@ -152,19 +152,48 @@ func TestWarmPool(t *testing.T) {
 		t.Fatalf("getInfo of the claimed sandbox: %d %v", code, info)
 	}
 
+	// The claim's init is recorded: a filesystem pause restarts the agent, which
+	// must come back with the token and the env vars.
+	sb.pause(t, map[string]any{"memory": false})
+	if code := sb.connect(t, 300); code != 201 {
+		t.Fatalf("resume of the claimed sandbox: %d", code)
+	}
+	if out, code := sb.run(ctx, t, "echo $POOLVAR"); code != 0 || out != "v1\n" {
+		t.Fatalf("env after a filesystem pause of the claimed sandbox: %q (exit %d)", out, code)
+	}
+
 	s.waitPoolReady(t, 1) // refilled with a new sandbox
-	var refill string
-	for _, id := range s.sandboxDirs(t) {
-		if id != sb.ID {
-			refill = id
-		}
+	refill := s.warmID(t, sb.ID)
+	// A crash leaves the warm sandbox without a record: the restarted server
+	// sweeps it, keeps the claimed one, and boots a new warm one.
+	s.Kill9()
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
 	}
-	if refill == "" {
-		t.Fatalf("no refilled warm sandbox on disk: %v", s.sandboxDirs(t))
+	s.wantGone(t, refill)
+	if out, code := sb.run(ctx, t, "echo $POOLVAR"); code != 0 || out != "v1\n" {
+		t.Fatalf("claimed sandbox after a server crash: %q (exit %d)", out, code)
 	}
+	s.waitPoolReady(t, 1)
+	refill = s.warmID(t, sb.ID)
 	s.Stop()
 	s.wantGone(t, refill)
 	s.wantGone(t, sb.ID)
+}
+
+// warmID returns the one sandbox on disk other than claimed (the warm one).
+func (s *server) warmID(t *testing.T, claimed string) string {
+	t.Helper()
+	var warm []string
+	for _, id := range s.sandboxDirs(t) {
+		if id != claimed {
+			warm = append(warm, id)
+		}
+	}
+	if len(warm) != 1 {
+		t.Fatalf("want one warm sandbox on disk besides %s, have %v", claimed, warm)
+	}
+	return warm[0]
 }
 
 // TestDefaultContextsFlag: `--default-contexts python` boots code-interpreter
