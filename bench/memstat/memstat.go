@@ -21,6 +21,8 @@ import (
 
 	"github.com/cubby-dev/cubby/internal/cgroups"
 	"github.com/cubby-dev/cubby/internal/rootfs/mountinfo"
+
+	"github.com/cubby-dev/cubby/internal/meminfo"
 )
 
 // Memcg is one reading of a memory cgroup, in bytes. On cgroup v1 the figures are
@@ -249,38 +251,11 @@ type Host struct {
 
 // ReadHost reads MemTotal and MemAvailable from /proc/meminfo.
 func ReadHost() (Host, error) {
-	raw, err := os.ReadFile("/proc/meminfo")
+	m, err := meminfo.Read()
 	if err != nil {
-		return Host{}, fmt.Errorf("read meminfo: %w", err)
+		return Host{}, err
 	}
-	return ParseMeminfo(raw)
-}
-
-// ParseMeminfo parses /proc/meminfo content; both MemTotal and MemAvailable must
-// be present.
-func ParseMeminfo(data []byte) (Host, error) {
-	var h Host
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 2 {
-			continue
-		}
-		v, err := strconv.ParseUint(f[1], 10, 64)
-		if err != nil {
-			continue
-		}
-		switch f[0] {
-		case "MemTotal:":
-			h.Total = v << 10
-		case "MemAvailable:":
-			h.Available = v << 10
-		}
-	}
-	if h.Total == 0 || h.Available == 0 {
-		return Host{}, errors.New("meminfo lacks MemTotal or MemAvailable")
-	}
-	return h, sc.Err()
+	return Host{Total: m.Total, Available: m.Available}, nil
 }
 
 func readUint(path string) (uint64, error) {

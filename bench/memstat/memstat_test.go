@@ -33,20 +33,13 @@ func TestParseRollup(t *testing.T) {
 	}
 }
 
-func TestParseStatAndMeminfo(t *testing.T) {
+func TestParseStat(t *testing.T) {
 	st, err := ParseStat([]byte("cache 4096\nrss 8192\ntotal_rss 8192\n"))
 	if err != nil || st["total_rss"] != 8192 || st["cache"] != 4096 {
 		t.Fatalf("stat %v, %v", st, err)
 	}
 	if _, err := ParseStat([]byte("rss -1\n")); err == nil {
 		t.Fatal("negative value parsed")
-	}
-	h, err := ParseMeminfo([]byte("MemTotal:  2048 kB\nMemFree: 10 kB\nMemAvailable:  1024 kB\n"))
-	if err != nil || h.Total != 2048<<10 || h.Available != 1024<<10 {
-		t.Fatalf("meminfo %+v, %v", h, err)
-	}
-	if _, err := ParseMeminfo([]byte("MemTotal: 1 kB\n")); err == nil {
-		t.Fatal("meminfo without MemAvailable parsed")
 	}
 }
 

@@ -131,26 +131,26 @@ func v1Dirs(cgroupsPath string) (V1Dirs, error) {
 func ReadV1(d V1Dirs) (Sample, error) {
 	var s Sample
 	var err error
-	if s.CPUUsageNs, err = readUint(filepath.Join(d.CPUAcct, "cpuacct.usage")); err != nil {
+	if s.CPUUsageNs, err = ReadValue(filepath.Join(d.CPUAcct, "cpuacct.usage")); err != nil {
 		return Sample{}, err
 	}
-	usage, err := readUint(filepath.Join(d.Memory, "memory.usage_in_bytes"))
+	usage, err := ReadValue(filepath.Join(d.Memory, "memory.usage_in_bytes"))
 	if err != nil {
 		return Sample{}, err
 	}
-	stat, err := readKV(filepath.Join(d.Memory, "memory.stat"))
+	stat, err := ReadKeyed(filepath.Join(d.Memory, "memory.stat"))
 	if err != nil {
 		return Sample{}, err
 	}
 	s.MemCache = firstOf(stat, "total_cache", "cache")
 	s.MemUsed = sub(usage, firstOf(stat, "total_inactive_file", "inactive_file"))
-	if s.MemLimit, err = readUint(filepath.Join(d.Memory, "memory.limit_in_bytes")); err != nil {
+	if s.MemLimit, err = ReadValue(filepath.Join(d.Memory, "memory.limit_in_bytes")); err != nil {
 		return Sample{}, err
 	}
 	if s.MemLimit >= unlimitedV1 {
 		s.MemLimit = 0
 	}
-	if oom, err := readKV(filepath.Join(d.Memory, "memory.oom_control")); err == nil {
+	if oom, err := ReadKeyed(filepath.Join(d.Memory, "memory.oom_control")); err == nil {
 		s.OOMKills = oom["oom_kill"]
 	}
 	if d.Pids != "" {
@@ -166,25 +166,25 @@ func ReadV1(d V1Dirs) (Sample, error) {
 // pids.current.
 func ReadV2(dir string) (Sample, error) {
 	var s Sample
-	cpu, err := readKV(filepath.Join(dir, "cpu.stat"))
+	cpu, err := ReadKeyed(filepath.Join(dir, "cpu.stat"))
 	if err != nil {
 		return Sample{}, err
 	}
 	s.CPUUsageNs = cpu["usage_usec"] * 1000
-	usage, err := readUint(filepath.Join(dir, "memory.current"))
+	usage, err := ReadValue(filepath.Join(dir, "memory.current"))
 	if err != nil {
 		return Sample{}, err
 	}
-	stat, err := readKV(filepath.Join(dir, "memory.stat"))
+	stat, err := ReadKeyed(filepath.Join(dir, "memory.stat"))
 	if err != nil {
 		return Sample{}, err
 	}
 	s.MemCache = stat["file"]
 	s.MemUsed = sub(usage, stat["inactive_file"])
-	if s.MemLimit, err = readUint(filepath.Join(dir, "memory.max")); err != nil {
+	if s.MemLimit, err = ReadValue(filepath.Join(dir, "memory.max")); err != nil {
 		return Sample{}, err
 	}
-	if ev, err := readKV(filepath.Join(dir, "memory.events")); err == nil {
+	if ev, err := ReadKeyed(filepath.Join(dir, "memory.events")); err == nil {
 		s.OOMKills = ev["oom_kill"]
 	}
 	if s.PidsCurrent, err = readOptional(filepath.Join(dir, "pids.current")); err != nil {
@@ -193,8 +193,10 @@ func ReadV2(dir string) (Sample, error) {
 	return s, nil
 }
 
-// readUint reads a file holding one unsigned number; "max" reads as 0 (no limit).
-func readUint(path string) (uint64, error) {
+// ReadValue reads a cgroup file holding one unsigned number (memory.max,
+// memory.limit_in_bytes, pids.max …); "max" reads as 0 (no limit). Errors wrap
+// the fs error or the parse error.
+func ReadValue(path string) (uint64, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, fmt.Errorf("read cgroup file: %w", err)
@@ -213,7 +215,7 @@ func readUint(path string) (uint64, error) {
 // readOptional is readUint for files of controllers that may be absent: a missing
 // file reads as 0 unless its directory is missing too.
 func readOptional(path string) (uint64, error) {
-	n, err := readUint(path)
+	n, err := ReadValue(path)
 	if errors.Is(err, os.ErrNotExist) {
 		if _, derr := os.Stat(filepath.Dir(path)); derr == nil {
 			return 0, nil
@@ -222,8 +224,10 @@ func readOptional(path string) (uint64, error) {
 	return n, err
 }
 
-// readKV parses "key value" lines (memory.stat, cpu.stat, memory.events, memory.oom_control).
-func readKV(path string) (map[string]uint64, error) {
+// ReadKeyed parses a flat-keyed cgroup file of "key value" lines (memory.stat,
+// cpu.stat, memory.events, memory.oom_control); lines whose value is not an
+// unsigned number are skipped. Errors wrap the fs error.
+func ReadKeyed(path string) (map[string]uint64, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read cgroup file: %w", err)

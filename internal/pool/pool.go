@@ -26,6 +26,7 @@ import (
 
 	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/backend"
+	"github.com/cubby-dev/cubby/internal/meminfo"
 	"github.com/cubby-dev/cubby/internal/telemetry"
 )
 
@@ -128,8 +129,8 @@ func New(cfg Config) *Pool {
 		cfg.HostReserve = 1 << 30
 	}
 	if cfg.MemoryBudget == 0 {
-		if total, _, err := hostMemory(); err == nil {
-			cfg.MemoryBudget = total / 4
+		if m, err := meminfo.Read(); err == nil {
+			cfg.MemoryBudget = m.Total / 4
 		}
 	}
 	return &Pool{cfg: cfg, log: cfg.Log, ready: map[key][]*member{}, booting: map[key]int{},
@@ -298,8 +299,8 @@ func (p *Pool) nextBoot(wanted map[key]int) (key, bool) {
 		p.log.Debug("pool at its memory budget", "used", used, "budget", p.cfg.MemoryBudget)
 		return key{}, false
 	}
-	if _, avail, err := hostMemory(); err == nil && avail < est+p.cfg.HostReserve {
-		p.log.Debug("host memory too low to grow the pool", "available", avail)
+	if m, err := meminfo.Read(); err == nil && m.Available < est+p.cfg.HostReserve {
+		p.log.Debug("host memory too low to grow the pool", "available", m.Available)
 		return key{}, false
 	}
 	return best, true

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cubby-dev/cubby/internal/cgroups"
 	"github.com/cubby-dev/cubby/internal/rootfs/mountinfo"
 )
 
@@ -122,7 +123,7 @@ func (c *Cgroup) OOMKills() (uint64, error) {
 	if c.v2 {
 		file = "memory.events"
 	}
-	kv, err := readKV(filepath.Join(c.dir, file))
+	kv, err := cgroups.ReadKeyed(filepath.Join(c.dir, file))
 	if err != nil {
 		return 0, err
 	}
@@ -140,39 +141,12 @@ func (c *Cgroup) MemoryLimit() (uint64, error) {
 	if c.v2 {
 		file = "memory.max"
 	}
-	b, err := os.ReadFile(filepath.Join(c.dir, file))
+	n, err := cgroups.ReadValue(filepath.Join(c.dir, file))
 	if err != nil {
 		return 0, fmt.Errorf("read memory limit: %w", err)
-	}
-	v := string(bytes.TrimSpace(b))
-	if v == "max" {
-		return 0, nil
-	}
-	n, err := strconv.ParseUint(v, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("read memory limit %s: %w", filepath.Join(c.dir, file), err)
 	}
 	if n >= unlimitedV1 {
 		return 0, nil
 	}
 	return n, nil
-}
-
-// readKV parses "key value" lines.
-func readKV(path string) (map[string]uint64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	out := map[string]uint64{}
-	for _, line := range strings.Split(string(b), "\n") {
-		k, v, ok := strings.Cut(line, " ")
-		if !ok {
-			continue
-		}
-		if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {
-			out[k] = n
-		}
-	}
-	return out, nil
 }
