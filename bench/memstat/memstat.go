@@ -20,9 +20,8 @@ import (
 	"strings"
 
 	"github.com/cubby-dev/cubby/internal/cgroups"
-	"github.com/cubby-dev/cubby/internal/rootfs/mountinfo"
-
 	"github.com/cubby-dev/cubby/internal/meminfo"
+	"github.com/cubby-dev/cubby/internal/rootfs/mountinfo"
 )
 
 // Memcg is one reading of a memory cgroup, in bytes. On cgroup v1 the figures are
