@@ -123,6 +123,10 @@ type Backend interface {
 	// uses it to hand a pre-booted sandbox to a create request. Errors:
 	// ErrNotFound, ErrPaused, and the agent's refusal.
 	Reinit(ctx context.Context, id string, init agentapi.InitRequest) error
+	// SetInternetAccess allows or blocks traffic from a running sandbox to
+	// anything outside the host (create's allow_internet_access), and records it
+	// so a rebuilt network keeps it. Errors: ErrNotFound, ErrPaused.
+	SetInternetAccess(ctx context.Context, id string, allowed bool) error
 	// Lookup returns the instance for id or ErrNotFound.
 	Lookup(ctx context.Context, id string) (Instance, error)
 	// Stats samples the sandbox's cgroup and disk usage. A sandbox paused in

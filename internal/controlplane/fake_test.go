@@ -128,6 +128,15 @@ func (f *fakeBackend) Reinit(_ context.Context, id string, init agentapi.InitReq
 	return nil
 }
 
+func (f *fakeBackend) SetInternetAccess(_ context.Context, id string, _ bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.instances[id]; !ok {
+		return backend.ErrNotFound
+	}
+	return nil
+}
+
 func (f *fakeBackend) lastPause() backend.PauseOptions {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -137,16 +137,13 @@ func New(cfg Config) *Pool {
 		wanted: map[key]int{}, memEst: map[key]uint64{}, wake: make(chan struct{}, 1)}
 }
 
-// Claim hands a warm sandbox matching req to a create request: it sends
-// req.Init to its agent (env vars, access token) and returns the instance, whose
-// SandboxID replaces the one req carried. ok is false when no warm sandbox
-// matches (the caller then creates one cold); a sandbox that fails its init is
-// killed and the next one is tried. Requests that block internet access are
-// never served from the pool.
+// Claim hands a warm sandbox matching req to a create request: it blocks its
+// internet access when req.NoInternet, sends req.Init to its agent (env vars,
+// access token) and returns the instance, whose SandboxID replaces the one req
+// carried. ok is false when no warm sandbox matches (the caller then creates
+// one cold); a sandbox that fails either step is killed and the next one is
+// tried.
 func (p *Pool) Claim(ctx context.Context, req backend.CreateRequest) (in backend.Instance, ok bool) {
-	if req.NoInternet {
-		return backend.Instance{}, false
-	}
 	k := keyOf(req)
 	defer p.signal()
 	for {
@@ -160,7 +157,7 @@ func (p *Pool) Claim(ctx context.Context, req backend.CreateRequest) (in backend
 		p.mu.Lock()
 		p.claimed = time.Now()
 		p.mu.Unlock()
-		err := p.cfg.Backend.Reinit(ctx, m.in.SandboxID, req.Init)
+		err := p.configure(ctx, m.in.SandboxID, req)
 		if err == nil {
 			p.cfg.Metrics.PoolClaim(k.TemplateID, telemetry.ClaimHit)
 			p.log.Info("warm sandbox claimed", "sandbox", m.in.SandboxID, "template", k.TemplateID)
@@ -172,6 +169,17 @@ func (p *Pool) Claim(ctx context.Context, req backend.CreateRequest) (in backend
 			return backend.Instance{}, false
 		}
 	}
+}
+
+// configure applies a create request's network restriction and init to a
+// warm sandbox, network first so nothing runs unrestricted after the claim.
+func (p *Pool) configure(ctx context.Context, id string, req backend.CreateRequest) error {
+	if req.NoInternet {
+		if err := p.cfg.Backend.SetInternetAccess(ctx, id, false); err != nil {
+			return err
+		}
+	}
+	return p.cfg.Backend.Reinit(ctx, id, req.Init)
 }
 
 // take removes and returns the oldest ready member of k, or nil.

@@ -25,12 +25,13 @@ type fakeBackend struct {
 	creates   int
 	memUsed   uint64
 	failInit  map[string]bool // Reinit fails for these IDs
+	blocked   map[string]bool // internet access blocked
 	createErr error
 }
 
 func newFake() *fakeBackend {
 	return &fakeBackend{live: map[string]backend.CreateRequest{}, inits: map[string]agentapi.InitRequest{},
-		failInit: map[string]bool{}, memUsed: 100 << 20}
+		failInit: map[string]bool{}, blocked: map[string]bool{}, memUsed: 100 << 20}
 }
 
 func (f *fakeBackend) Create(_ context.Context, req backend.CreateRequest) (backend.Instance, error) {
@@ -62,6 +63,16 @@ func (f *fakeBackend) Reinit(_ context.Context, id string, init agentapi.InitReq
 		return errors.New("agent refused init")
 	}
 	f.inits[id] = init
+	return nil
+}
+
+func (f *fakeBackend) SetInternetAccess(_ context.Context, id string, allowed bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.live[id]; !ok {
+		return backend.ErrNotFound
+	}
+	f.blocked[id] = !allowed
 	return nil
 }
 
@@ -178,7 +189,6 @@ func TestClaimMissesOnOtherShapes(t *testing.T) {
 	run(t, p)
 	waitReady(t, p, 1)
 	for name, mutate := range map[string]func(*backend.CreateRequest){
-		"no internet":   func(q *backend.CreateRequest) { q.NoInternet = true },
 		"other memory":  func(q *backend.CreateRequest) { q.MemoryMB = 2048 },
 		"other rootfs":  func(q *backend.CreateRequest) { q.RootfsDir = "/t/v0" },
 		"other runtime": func(q *backend.CreateRequest) { q.Runtime = "runsc" },
@@ -188,6 +198,25 @@ func TestClaimMissesOnOtherShapes(t *testing.T) {
 		if _, ok := p.Claim(context.Background(), req); ok {
 			t.Errorf("%s: claim hit, want a miss", name)
 		}
+	}
+}
+
+func TestClaimBlocksInternetWhenAsked(t *testing.T) {
+	f := newFake()
+	p, r := newTestPool(t, f, 1, 0)
+	run(t, p)
+	waitReady(t, p, 1)
+	req := claimReq(r)
+	req.NoInternet = true
+	in, ok := p.Claim(context.Background(), req)
+	if !ok {
+		t.Fatal("claim without internet access missed")
+	}
+	f.mu.Lock()
+	blocked := f.blocked[in.SandboxID]
+	f.mu.Unlock()
+	if !blocked {
+		t.Fatal("claimed sandbox still has internet access")
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -161,6 +162,27 @@ func TestWarmPool(t *testing.T) {
 	if out, code := sb.run(ctx, t, "echo $POOLVAR"); code != 0 || out != "v1\n" {
 		t.Fatalf("env after a filesystem pause of the claimed sandbox: %q (exit %d)", out, code)
 	}
+
+	// A create without internet access is served warm too, with the
+	// restriction applied before it returns.
+	s.waitPoolReady(t, 1)
+	offline := s.warmID(t, sb.ID)
+	nb := s.create(t, map[string]any{"templateID": "code-interpreter", "allow_internet_access": false})
+	if nb.ID != offline {
+		t.Fatalf("no-internet create got %s, want the warm sandbox %s", nb.ID, offline)
+	}
+	ip, _ := nb.run(ctx, t, "hostname -I | cut -d' ' -f1")
+	addr, err := netip.ParseAddr(strings.TrimSpace(ip))
+	if err != nil {
+		t.Fatalf("sandbox address %q: %v", ip, err)
+	}
+	if r := s.resources(t, nb.ID, addr); !r.NoInternet {
+		t.Fatalf("warm sandbox claimed without internet access is not blocked: %s", r)
+	}
+	if code := s.api("DELETE", "/sandboxes/"+nb.ID, nil, nil); code != 204 {
+		t.Fatalf("kill: %d", code)
+	}
+	s.wantGone(t, nb.ID)
 
 	s.waitPoolReady(t, 1) // refilled with a new sandbox
 	refill := s.warmID(t, sb.ID)

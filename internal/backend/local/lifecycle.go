@@ -134,6 +134,30 @@ func (b *Backend) Reinit(ctx context.Context, id string, init agentapi.InitReque
 	return nil
 }
 
+// SetInternetAccess implements backend.Backend.
+func (b *Backend) SetInternetAccess(ctx context.Context, id string, allowed bool) error {
+	s, err := b.get(id)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !b.current(s) {
+		return fmt.Errorf("sandbox %s: %w", id, backend.ErrNotFound)
+	}
+	if s.Paused {
+		return fmt.Errorf("internet access of %s: %w", id, backend.ErrPaused)
+	}
+	if err := b.net.SetInternetAccess(ctx, id, allowed); err != nil {
+		return fmt.Errorf("internet access of %s: %w", id, err)
+	}
+	s.NoInternet = !allowed
+	if err := b.saveState(s); err != nil {
+		return fmt.Errorf("internet access of %s: %w", id, err)
+	}
+	return nil
+}
+
 // writeBundle writes the OCI bundle (config.json) and the per-sandbox files it binds.
 func (b *Backend) writeBundle(req backend.CreateRequest, s *sandbox, rootPath, netnsPath string) error {
 	dir := b.sandboxDir(req.SandboxID)
