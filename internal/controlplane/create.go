@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -69,6 +70,13 @@ func (s *Service) specFromBody(b api.NewSandboxV2, secure bool, defTTL time.Dura
 		return createSpec{}, err
 	}
 	if b.Network != nil {
+		blockAll, err := enforceableNetwork(*b.Network)
+		if err != nil {
+			return createSpec{}, err
+		}
+		if blockAll {
+			sp.allowNet = new(false)
+		}
 		if sp.network, err = json.Marshal(b.Network); err != nil {
 			return createSpec{}, fmt.Errorf("encode network: %w", err)
 		}
@@ -88,6 +96,41 @@ func unsupported(b api.NewSandboxV2) error {
 		return badRequest("iam is not supported by this server")
 	}
 	return nil
+}
+
+// allTraffic is the CIDR the SDKs name ALL_TRAFFIC (E2B wire §2.2 network).
+const allTraffic = "0.0.0.0/0"
+
+// enforceableNetwork accepts the network options this server enforces and
+// rejects the others with a 400 rather than storing rules nothing applies:
+// allowPublicTraffic (the traffic access token) and denyOut of all traffic,
+// which blocks egress like allow_internet_access=false (blockAll true).
+func enforceableNetwork(n api.SandboxNetworkConfig) (blockAll bool, err error) {
+	unsupported := func(field string) error {
+		return badRequest("network." + field + " is not supported by this server: egress can only be blocked as a whole " +
+			"(allow_internet_access: false, or network.denyOut: [\"" + allTraffic + "\"])")
+	}
+	switch {
+	case n.AllowOut != nil && len(*n.AllowOut) > 0:
+		return false, unsupported("allowOut")
+	case n.Rules != nil && len(*n.Rules) > 0:
+		return false, unsupported("rules")
+	case n.EgressProxy != nil:
+		return false, unsupported("egressProxy")
+	case n.HttpsPorts != nil && len(*n.HttpsPorts) > 0:
+		return false, unsupported("httpsPorts")
+	case n.MaskRequestHost != nil && *n.MaskRequestHost != "":
+		return false, unsupported("maskRequestHost")
+	}
+	if n.DenyOut == nil || len(*n.DenyOut) == 0 {
+		return false, nil
+	}
+	for _, cidr := range *n.DenyOut {
+		if cidr != allTraffic {
+			return false, unsupported("denyOut " + strconv.Quote(cidr))
+		}
+	}
+	return true, nil
 }
 
 func stringMap[M ~map[string]string](m *M, what string) (map[string]string, error) {

@@ -131,8 +131,7 @@ func TestCreateNetworkAndLifecycle(t *testing.T) {
 	h := newHarness(t, Config{})
 	r := h.do("POST", "/v2/sandboxes", map[string]any{
 		"templateID": "base-alias", "autoPause": true, "autoResume": map[string]bool{"enabled": true},
-		"network": map[string]any{"allowPublicTraffic": false, "allowOut": []string{"1.1.1.1"},
-			"egressProxy": map[string]string{"address": "proxy:3128", "password": "secret"}},
+		"network": map[string]any{"allowPublicTraffic": false, "denyOut": []string{"0.0.0.0/0"}},
 	})
 	if r.status != http.StatusCreated {
 		t.Fatalf("create: %d %s", r.status, r.body)
@@ -147,11 +146,38 @@ func TestCreateNetworkAndLifecycle(t *testing.T) {
 	if rt, _ := h.svc.Route(id); rt.TrafficToken != traffic {
 		t.Fatalf("route traffic token = %q", rt.TrafficToken)
 	}
+	if !h.fake.lastCreate().NoInternet {
+		t.Fatal("denyOut of all traffic did not block internet access")
+	}
 	info := h.do("GET", "/sandboxes/"+id, nil)
 	body := string(info.body)
-	if strings.Contains(body, "secret") || !strings.Contains(body, `"address":"proxy:3128"`) ||
+	if !strings.Contains(body, `"denyOut":["0.0.0.0/0"]`) || !strings.Contains(body, `"allowInternetAccess":false`) ||
 		!strings.Contains(body, `"lifecycle":{"autoResume":true,"onTimeout":"pause"}`) {
 		t.Fatalf("detail = %s", body)
+	}
+}
+
+// TestCreateRejectsUnenforcedNetwork: network options nothing would enforce
+// are a 400 naming the field, and no sandbox is created.
+func TestCreateRejectsUnenforcedNetwork(t *testing.T) {
+	h := newHarness(t, Config{})
+	for field, v := range map[string]any{
+		"allowOut":        []string{"1.1.1.1"},
+		"denyOut":         []string{"10.0.0.0/8"},
+		"rules":           map[string]any{"api.example.com": []map[string]any{{"transform": map[string]any{"headers": map[string]string{"A": "b"}}}}},
+		"egressProxy":     map[string]string{"address": "proxy:3128"},
+		"httpsPorts":      []int{8443},
+		"maskRequestHost": "example.com",
+	} {
+		msg := wantError(t, h.do("POST", "/v2/sandboxes", map[string]any{"network": map[string]any{field: v}}), 400)
+		if !strings.Contains(msg, "network."+field) {
+			t.Errorf("%s: message %q does not name the field", field, msg)
+		}
+	}
+	h.fake.mu.Lock()
+	defer h.fake.mu.Unlock()
+	if len(h.fake.creates) != 0 {
+		t.Fatalf("rejected creates reached the backend: %d", len(h.fake.creates))
 	}
 }
 
