@@ -97,13 +97,21 @@ type Pool struct {
 	cfg Config
 	log *slog.Logger
 
-	mu      sync.Mutex
-	ready   map[key][]*member // oldest first
-	booting map[key]int
-	wanted  map[key]int    // size per key, from the last refill round
-	memEst  map[key]uint64 // bytes one pooled sandbox of key uses once ready
-	wake    chan struct{}
-	claimed time.Time // last claim
+	mu       sync.Mutex
+	ready    map[key][]*member // oldest first
+	booting  map[key]int
+	wanted   map[key]int    // size per key, from the last refill round
+	memEst   map[key]uint64 // bytes one pooled sandbox of key uses once ready
+	wake     chan struct{}
+	claimed  time.Time // last claim
+	failures map[key]failure
+}
+
+// failure is the retry state of a key whose boots fail.
+type failure struct {
+	n     int           // consecutive failed boots
+	wait  time.Duration // current delay
+	until time.Time     // no boot before
 }
 
 // New returns a Pool for cfg; nothing boots until Run.
@@ -134,7 +142,7 @@ func New(cfg Config) *Pool {
 		}
 	}
 	return &Pool{cfg: cfg, log: cfg.Log, ready: map[key][]*member{}, booting: map[key]int{},
-		wanted: map[key]int{}, memEst: map[key]uint64{}, wake: make(chan struct{}, 1)}
+		wanted: map[key]int{}, memEst: map[key]uint64{}, wake: make(chan struct{}, 1), failures: map[key]failure{}}
 }
 
 // Claim hands a warm sandbox matching req to a create request: it blocks its
@@ -280,11 +288,33 @@ func (p *Pool) refill(ctx context.Context) {
 		}
 		if err := p.boot(ctx, k, reqs[k]); err != nil {
 			if ctx.Err() == nil {
-				p.log.Warn("warm sandbox boot failed", "template", k.TemplateID, "err", err)
+				wait := p.backoff(k)
+				p.log.Warn("warm sandbox boot failed", "template", k.TemplateID, "retry_in", wait, "err", err)
 			}
-			return // retried next round
+			continue // other targets may still boot
 		}
+		p.mu.Lock()
+		delete(p.failures, k)
+		p.mu.Unlock()
 	}
+}
+
+// Boot retry delays after consecutive failures of one key: 2 s doubling up to 5 min.
+const (
+	retryMin = 2 * time.Second
+	retryMax = 5 * time.Minute
+)
+
+// backoff records a failed boot of k and returns how long k now waits.
+func (p *Pool) backoff(k key) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f := p.failures[k]
+	f.n++
+	f.wait = min(retryMin<<min(f.n-1, 20), retryMax)
+	f.until = time.Now().Add(f.wait)
+	p.failures[k] = f
+	return f.wait
 }
 
 // nextBoot picks the target furthest below its size that the memory budget and
@@ -295,6 +325,9 @@ func (p *Pool) nextBoot(wanted map[key]int) (key, bool) {
 	var best key
 	bestGap := 0
 	for k, n := range wanted {
+		if time.Now().Before(p.failures[k].until) {
+			continue // backing off after failed boots
+		}
 		if gap := n - len(p.ready[k]) - p.booting[k]; gap > bestGap {
 			best, bestGap = k, gap
 		}

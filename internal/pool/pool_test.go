@@ -322,6 +322,46 @@ func TestVanishedSandboxIsReplaced(t *testing.T) {
 	}
 }
 
+func TestFailingBootsBackOff(t *testing.T) {
+	f := newFake()
+	f.createErr = errors.New("runc exploded")
+	p, _ := newTestPool(t, f, 2, 0)
+	p.cfg.Interval = 5 * time.Millisecond
+	run(t, p)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		p.mu.Lock()
+		fl := p.failures[key{"tplid", "/t/v1", "", 2, 1024, 1024, "-"}]
+		p.mu.Unlock()
+		if fl.n >= 1 {
+			if fl.wait != retryMin {
+				t.Fatalf("first retry delay %v, want %v", fl.wait, retryMin)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("failed boot not recorded")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // ~40 refill rounds, all inside the 2 s delay
+	p.mu.Lock()
+	n := p.failures[key{"tplid", "/t/v1", "", 2, 1024, 1024, "-"}].n
+	p.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("boots attempted during the back-off: %d failures, want 1", n)
+	}
+	if d := p.backoff(key{TemplateID: "x"}); d != retryMin {
+		t.Fatalf("backoff of a fresh key = %v", d)
+	}
+	for range 30 {
+		p.backoff(key{TemplateID: "x"})
+	}
+	if d := p.backoff(key{TemplateID: "x"}); d != retryMax {
+		t.Fatalf("backoff after many failures = %v, want %v", d, retryMax)
+	}
+}
+
 func TestParseTarget(t *testing.T) {
 	if got, err := ParseTarget(" code-interpreter = 20 "); err != nil || got != (Target{"code-interpreter", 20}) {
 		t.Fatalf("ParseTarget = %+v, %v", got, err)
