@@ -8,6 +8,8 @@
 #         skipped when bin/runsc is missing: build it with `make runsc`)
 #   pyonly on bridge ${CUBBY_BENCH_BRIDGE:-cbbench}3, 10.81.48.0/20 with
 #         --default-contexts python (idle memory without the Deno kernel)
+#   lean  on bridge ${CUBBY_BENCH_BRIDGE:-cbbench}4, 10.81.64.0/20 with
+#         --default-contexts python --python-preload "" (no data stack in kernels)
 #   pool  on bridge ${CUBBY_BENCH_BRIDGE:-cbbench}2, 10.81.32.0/20 with
 #         --pool code-interpreter=$BENCH_POOL_SIZE (warm-pool rows; measured first,
 #         then stopped so its refills do not load the other sections)
@@ -77,10 +79,14 @@ if [ -z "${E2B_API_URL:-}" ]; then
   fi
   start_server pyonly "${bridge}3" 10.81.48.0/20 --runtime runc --default-contexts python
   export CUBBY_BENCH_PYONLY_URL=$server_url
-  pool_size=${BENCH_POOL_SIZE:-20}
-  start_server pool "${bridge}2" 10.81.32.0/20 --runtime runc --pool "code-interpreter=$pool_size" \
-    --pool-memory-mb "${BENCH_POOL_MEMORY_MIB:-$((pool_size * 400))}"
-  export CUBBY_BENCH_POOL_URL=$server_url CUBBY_BENCH_POOL_PID=${pids[-1]}
+  start_server lean "${bridge}4" 10.81.64.0/20 --runtime runc --default-contexts python --python-preload ""
+  export CUBBY_BENCH_LEAN_URL=$server_url
+  pool_size=${BENCH_POOL_SIZE:-20} # 0 = no pool server (the warm-pool rows are then missing)
+  if [ "$pool_size" -gt 0 ]; then
+    start_server pool "${bridge}2" 10.81.32.0/20 --runtime runc --pool "code-interpreter=$pool_size" \
+      --pool-memory-mb "${BENCH_POOL_MEMORY_MIB:-$((pool_size * 400))}"
+    export CUBBY_BENCH_POOL_URL=$server_url CUBBY_BENCH_POOL_PID=${pids[-1]}
+  fi
 fi
 (cd "$repo" && go build -o "$work/benchmem" ./bench/cmd/benchmem)
 export CUBBY_BENCH_MEM=$work/benchmem

@@ -37,7 +37,8 @@ const SIZES = {
   BENCH_RT_CREATES: 10, // per runtime: serial creates (base template)
   BENCH_RT_IDLE_N: 5, // per runtime: idle code-interpreter sandboxes measured
   BENCH_PAUSE_CYCLES: 20, // per runtime: pause → connect → runCode cycles
-  BENCH_PYONLY_N: 10, // idle sandboxes on the --default-contexts python server
+  BENCH_PYONLY_N: 10, // idle sandboxes on the pyonly server (--default-contexts python)
+  BENCH_LEAN_N: 100, // idle sandboxes on the lean server (… --python-preload "")
 }
 const size = Object.fromEntries(Object.entries(SIZES).map(([k, d]) => [k, Number(process.env[k] ?? d)]))
 
@@ -47,8 +48,13 @@ const servers = { runc: { apiUrl: process.env.E2B_API_URL, sandboxUrl: process.e
 if (process.env.CUBBY_BENCH_RUNSC_URL) {
   servers.runsc = { apiUrl: process.env.CUBBY_BENCH_RUNSC_URL, sandboxUrl: process.env.CUBBY_BENCH_RUNSC_URL }
 }
-if (process.env.CUBBY_BENCH_PYONLY_URL) {
-  servers.pyonly = { apiUrl: process.env.CUBBY_BENCH_PYONLY_URL, sandboxUrl: process.env.CUBBY_BENCH_PYONLY_URL }
+// Variants of the runc server with other agent boot flags (bench/run.sh).
+const VARIANTS = {
+  pyonly: { env: 'CUBBY_BENCH_PYONLY_URL', flags: '--default-contexts python', n: 'BENCH_PYONLY_N' },
+  lean: { env: 'CUBBY_BENCH_LEAN_URL', flags: '--default-contexts python --python-preload ""', n: 'BENCH_LEAN_N' },
+}
+for (const [name, v] of Object.entries(VARIANTS)) {
+  if (process.env[v.env]) servers[name] = { apiUrl: process.env[v.env], sandboxUrl: process.env[v.env] }
 }
 if (process.env.CUBBY_BENCH_POOL_URL) {
   servers.pool = { apiUrl: process.env.CUBBY_BENCH_POOL_URL, sandboxUrl: process.env.CUBBY_BENCH_POOL_URL }
@@ -478,15 +484,16 @@ function densityBudget() {
   return size.BENCH_MEM_BUDGET_MIB ? size.BENCH_MEM_BUDGET_MIB * MiB : hostMem().total - 2048 * MiB
 }
 
-// pyOnlyIdle: the same idle measurement on a server started with
-// --default-contexts python (no Deno kernel at boot), and the largest N that
-// would fit in the density budget at that figure.
-async function pyOnlyIdle() {
-  const mem = await runtimeIdle('pyonly', { n: size.BENCH_PYONLY_N, pause: false, note: '; --default-contexts python' })
+// variantIdle: the same idle measurement on a server started with other boot
+// flags (VARIANTS), and the largest N that would fit in the density budget at
+// that figure.
+async function variantIdle(name) {
+  const n = size[VARIANTS[name].n]
+  const mem = await runtimeIdle(name, { n, pause: false, note: `; ${VARIANTS[name].flags}` })
   const per = Math.max(mem.memcg, mem.pss)
   const budget = densityBudget()
-  value('fit_pyonly', `[pyonly] largest N in ${(budget / 1024 / MiB).toFixed(1)} GiB (computed)`, Math.floor(budget / per),
-    String(Math.floor(budget / per)), `budget ÷ max(mean memcg, mean PSS) at N=${size.BENCH_PYONLY_N} = ${mib(per)}`)
+  value(`fit_${name}`, `[${name}] largest N in ${(budget / 1024 / MiB).toFixed(1)} GiB (computed)`, Math.floor(budget / per),
+    String(Math.floor(budget / per)), `budget ÷ max(mean memcg, mean PSS) at N=${n} = ${mib(per)}`)
 }
 
 // pauseResume: POST /sandboxes/{id}/pause (sbx.pause), then resume through connect
@@ -547,8 +554,8 @@ async function main() {
     }
     await section(`runtime_${rt}`, `[${rt}] idle memory and pause / resume`, () => runtimeIdle(rt))
   }
-  if (servers.pyonly) {
-    await section('idle_pyonly', '[pyonly] idle memory, Python context only', () => pyOnlyIdle())
+  for (const name of Object.keys(VARIANTS)) {
+    if (servers[name]) await section(`idle_${name}`, `[${name}] idle memory, ${VARIANTS[name].flags}`, () => variantIdle(name))
   }
   figures.elapsedS = (now() - t0) / 1000
   print()

@@ -33,10 +33,10 @@ type Config struct {
 	// InterpreterAddr is the code-interpreter listen address, default ":49999";
 	// "-" disables the code interpreter.
 	InterpreterAddr string
-	// DefaultContexts are the languages whose code contexts start at boot
-	// (nil = the interpreter's default, python and javascript; empty = none).
-	DefaultContexts []string
-	Log             *slog.Logger
+	// Boot holds the code-interpreter start options (default contexts, Python
+	// preload); nil fields keep the interpreter's defaults.
+	Boot agentapi.BootOptions
+	Log  *slog.Logger
 }
 
 // Agent is the envd server. Create it with New, run it with Serve.
@@ -85,7 +85,8 @@ func New(cfg Config) *Agent {
 			Workdir:          s.Workdir(),
 			Log:              cfg.Log.With("svc", "interpreter"),
 			KernelLogDir:     kernelLogDir,
-			DefaultLanguages: cfg.DefaultContexts,
+			DefaultLanguages: cfg.Boot.DefaultContexts,
+			ZygotePreload:    cfg.Boot.PythonPreload,
 		})
 		if err != nil {
 			cfg.Log.Warn("code interpreter disabled", "err", err)

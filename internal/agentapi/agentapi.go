@@ -5,7 +5,10 @@
 // The shapes follow envd's /init and /metrics (shared/protocol/e2b-wire.md §3.4).
 package agentapi
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // EnvdPort is the TCP port the agent's envd protocol listens on inside every sandbox.
 const EnvdPort = 49983
@@ -48,3 +51,38 @@ type Metrics struct {
 	DiskUsed   uint64  `json:"disk_used"`    // bytes of the root filesystem
 	DiskTotal  uint64  `json:"disk_total"`   // bytes of the root filesystem
 }
+
+// BootOptions configure an agent when it starts, on its command line
+// (`cubby agent --default-contexts=… --python-preload=…`). Nil fields keep the
+// agent's defaults.
+type BootOptions struct {
+	// DefaultContexts are the languages whose code contexts start at boot
+	// (nil = python and javascript; empty = none, each starts on first use).
+	DefaultContexts []string
+	// PythonPreload lists the modules the Python fork server imports for its
+	// kernels (nil = numpy, pandas, matplotlib and matplotlib.pyplot, those
+	// installed; empty = none: smaller kernels, slower first import).
+	PythonPreload []string
+}
+
+// Boot option flags of `cubby agent`.
+const (
+	FlagDefaultContexts = "default-contexts"
+	FlagPythonPreload   = "python-preload"
+)
+
+// Args returns the agent flags for o, e.g. ["--default-contexts=python"]; nil
+// fields give no flag.
+func (o BootOptions) Args() []string {
+	var args []string
+	if o.DefaultContexts != nil {
+		args = append(args, "--"+FlagDefaultContexts+"="+strings.Join(o.DefaultContexts, ","))
+	}
+	if o.PythonPreload != nil {
+		args = append(args, "--"+FlagPythonPreload+"="+strings.Join(o.PythonPreload, ","))
+	}
+	return args
+}
+
+// Key identifies o: equal options give equal keys.
+func (o BootOptions) Key() string { return strings.Join(o.Args(), " ") }

@@ -37,9 +37,8 @@ type CreateRequest struct {
 	// NoInternet blocks traffic from the sandbox to anything outside the host
 	// (create's allow_internet_access=false); the gateway still reaches it.
 	NoInternet bool
-	// DefaultContexts are the languages whose code contexts the agent starts at
-	// boot; nil = the agent's default (python, javascript).
-	DefaultContexts []string
+	// Boot are the agent's code-interpreter boot options (its command line).
+	Boot agentapi.BootOptions
 	// Init is sent to the agent once it answers /health, before Create returns.
 	Init agentapi.InitRequest
 }

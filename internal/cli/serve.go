@@ -14,7 +14,7 @@ import (
 func newServeCmd() *cobra.Command {
 	var cfg server.Config
 	var subnet string
-	var pools, contexts []string
+	var pools, contexts, preload []string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the control plane (E2B REST API) and the sandbox gateway",
@@ -33,9 +33,7 @@ is printed once. CUBBY_API_KEY, when set, is accepted as an API key too.`,
 				return fmt.Errorf("--subnet: %w", err)
 			}
 			cfg.Subnet = p
-			if cmd.Flags().Changed("default-contexts") {
-				cfg.DefaultContexts = nonEmpty(contexts)
-			}
+			cfg.Boot = bootOptions(cmd, contexts, preload)
 			for _, spec := range pools {
 				t, err := pool.ParseTarget(spec)
 				if err != nil {
@@ -59,7 +57,7 @@ is printed once. CUBBY_API_KEY, when set, is accepted as an API key too.`,
 	f.IntVar(&cfg.MemoryMB, "memory-mb", 1024, "memory limit of each sandbox in MiB (a cap, not a reservation): the default Python and JavaScript kernels of the code-interpreter template use ~300 MiB")
 	f.StringVar(&cfg.Runtime, "runtime", "runc", "default OCI runtime of new sandboxes: runc or runsc (gVisor)")
 	f.StringVar(&cfg.DefaultTemplate, "default-template", "base", "template used when a create names none; built on first start")
-	f.StringSliceVar(&contexts, "default-contexts", nil, "languages whose code contexts start when a sandbox boots (default python,javascript; \"\" = none, each starts on first use). Deno's JavaScript kernel is ~175 MiB of an idle sandbox")
+	addBootFlags(cmd, &contexts, &preload)
 	f.StringArrayVar(&pools, "pool", nil, "keep a warm pool: TEMPLATE=SIZE booted sandboxes that creates claim in milliseconds (repeatable)")
 	f.IntVar(&cfg.PoolMemoryMB, "pool-memory-mb", 0, "memory budget of the warm pools in MiB, measured from their cgroups (default a quarter of the host's RAM)")
 	return cmd

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/pool"
 	"github.com/cubby-dev/cubby/internal/store"
@@ -40,9 +41,9 @@ type Config struct {
 	EnvAPIKey string
 	// MetricsInterval is the period of the resource sampler. Default 5s.
 	MetricsInterval time.Duration
-	// DefaultContexts are the languages whose code contexts start when a
-	// sandbox boots; nil = the agent's default (python, javascript).
-	DefaultContexts []string
+	// Boot are the code-interpreter boot options every sandbox's agent starts
+	// with (default contexts, Python preload); zero = the agent's defaults.
+	Boot agentapi.BootOptions
 	// Pool lists the warm pools to keep (template and size); empty = every
 	// create boots a sandbox. See package pool.
 	Pool []pool.Target

@@ -308,8 +308,8 @@ func (s *Service) createRequest(rec store.Sandbox, ref TemplateRef, sp createSpe
 	return backend.CreateRequest{
 		SandboxID: rec.ID, TemplateID: ref.ID, RootfsDir: ref.RootfsDir, Runtime: ref.Runtime,
 		CPUCount: rec.CPUCount, MemoryMB: rec.MemoryMB, DiskSizeMB: rec.DiskSizeMB,
-		NoInternet:      sp.allowNet != nil && !*sp.allowNet,
-		DefaultContexts: s.cfg.DefaultContexts,
+		NoInternet: sp.allowNet != nil && !*sp.allowNet,
+		Boot:       s.cfg.Boot,
 		Init: agentapi.InitRequest{
 			EnvVars: sp.envVars, AccessToken: rec.AccessToken,
 			DefaultUser: defaultUser, DefaultWorkdir: defaultWorkdir, Timestamp: time.Now(),

@@ -73,15 +73,11 @@ type Config struct {
 type key struct {
 	TemplateID, RootfsDir, Runtime string
 	CPUCount, MemoryMB, DiskSizeMB int
-	Contexts                       string // DefaultContexts joined; "-" for nil
+	Boot                           string // BootOptions.Key
 }
 
 func keyOf(r backend.CreateRequest) key {
-	contexts := "-"
-	if r.DefaultContexts != nil {
-		contexts = strings.Join(r.DefaultContexts, ",")
-	}
-	return key{r.TemplateID, r.RootfsDir, r.Runtime, r.CPUCount, r.MemoryMB, r.DiskSizeMB, contexts}
+	return key{r.TemplateID, r.RootfsDir, r.Runtime, r.CPUCount, r.MemoryMB, r.DiskSizeMB, r.Boot.Key()}
 }
 
 // member is one warm sandbox.

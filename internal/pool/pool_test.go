@@ -276,7 +276,7 @@ func TestMemoryBudgetCapsPool(t *testing.T) {
 	// Each sandbox measures 100 MiB: a 350 MiB budget holds 3 of the 10 asked
 	// for, however many refill rounds run.
 	p, _ := newTestPool(t, f, 10, 350<<20)
-	p.memEst[key{"tplid", "/t/v1", "", 2, 1024, 1024, "-"}] = 100 << 20
+	p.memEst[key{"tplid", "/t/v1", "", 2, 1024, 1024, ""}] = 100 << 20
 	p.cfg.Interval = 5 * time.Millisecond
 	run(t, p)
 	waitReady(t, p, 3)
@@ -331,7 +331,7 @@ func TestFailingBootsBackOff(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		p.mu.Lock()
-		fl := p.failures[key{"tplid", "/t/v1", "", 2, 1024, 1024, "-"}]
+		fl := p.failures[key{"tplid", "/t/v1", "", 2, 1024, 1024, ""}]
 		p.mu.Unlock()
 		if fl.n >= 1 {
 			if fl.wait != retryMin {
@@ -346,7 +346,7 @@ func TestFailingBootsBackOff(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond) // ~40 refill rounds, all inside the 2 s delay
 	p.mu.Lock()
-	n := p.failures[key{"tplid", "/t/v1", "", 2, 1024, 1024, "-"}].n
+	n := p.failures[key{"tplid", "/t/v1", "", 2, 1024, 1024, ""}].n
 	p.mu.Unlock()
 	if n != 1 {
 		t.Fatalf("boots attempted during the back-off: %d failures, want 1", n)

@@ -24,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/backend/local"
 	"github.com/cubby-dev/cubby/internal/controlplane"
 	"github.com/cubby-dev/cubby/internal/gateway"
@@ -40,22 +41,22 @@ import (
 
 // Config configures `cubby serve`.
 type Config struct {
-	Listen          string        // e.g. "127.0.0.1:3000"
-	DataDir         string        // holds cubby.db, templates/, sandboxes/, runc/
-	TemplatesDir    string        // built templates; default <DataDir>/templates (may be shared between servers)
-	Domain          string        // sandbox domain for <port>-<id>.<domain> hosts; "" = none
-	Bridge          string        // host bridge name, default "cubby0"
-	Subnet          netip.Prefix  // sandbox addresses, default 10.77.0.0/16
-	RuncBinary      string        // default "runc" from PATH
-	RunscBinary     string        // gVisor runsc; default bin/runsc next to cubby, else PATH
-	Runtime         string        // default runtime of new sandboxes: "runc" (default) or "runsc"
-	MemoryMB        int           // memory limit of new sandboxes in MiB (a cap, not a reservation); default 1024
-	DefaultTemplate string        // default "base"
-	DefaultContexts []string      // languages whose code contexts start at boot; nil = python, javascript
-	Pool            []pool.Target // warm pools (template, size); none by default
-	PoolMemoryMB    int           // memory budget of the warm pools in MiB; 0 = a quarter of the host's RAM
-	EnvAPIKey       string        // CUBBY_API_KEY; accepted when set
-	Progress        io.Writer     // template build progress and the first API key; default os.Stderr
+	Listen          string               // e.g. "127.0.0.1:3000"
+	DataDir         string               // holds cubby.db, templates/, sandboxes/, runc/
+	TemplatesDir    string               // built templates; default <DataDir>/templates (may be shared between servers)
+	Domain          string               // sandbox domain for <port>-<id>.<domain> hosts; "" = none
+	Bridge          string               // host bridge name, default "cubby0"
+	Subnet          netip.Prefix         // sandbox addresses, default 10.77.0.0/16
+	RuncBinary      string               // default "runc" from PATH
+	RunscBinary     string               // gVisor runsc; default bin/runsc next to cubby, else PATH
+	Runtime         string               // default runtime of new sandboxes: "runc" (default) or "runsc"
+	MemoryMB        int                  // memory limit of new sandboxes in MiB (a cap, not a reservation); default 1024
+	DefaultTemplate string               // default "base"
+	Boot            agentapi.BootOptions // code-interpreter boot options passed to every sandbox's agent
+	Pool            []pool.Target        // warm pools (template, size); none by default
+	PoolMemoryMB    int                  // memory budget of the warm pools in MiB; 0 = a quarter of the host's RAM
+	EnvAPIKey       string               // CUBBY_API_KEY; accepted when set
+	Progress        io.Writer            // template build progress and the first API key; default os.Stderr
 }
 
 func (c *Config) defaults() error {
@@ -216,7 +217,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 	cp, err := controlplane.New(controlplane.Config{
 		DefaultTemplate:  cfg.DefaultTemplate,
 		DefaultMemoryMB:  cfg.MemoryMB,
-		DefaultContexts:  cfg.DefaultContexts,
+		Boot:             cfg.Boot,
 		Pool:             cfg.Pool,
 		PoolMemoryBudget: uint64(cfg.PoolMemoryMB) << 20,
 		Domain:           cfg.Domain,

@@ -218,12 +218,13 @@ func (s *server) warmID(t *testing.T, claimed string) string {
 	return warm[0]
 }
 
-// TestDefaultContextsFlag: `--default-contexts python` boots code-interpreter
-// sandboxes with only the Python context; JavaScript starts on first use.
+// TestDefaultContextsFlag: `--default-contexts python --python-preload ""`
+// boots code-interpreter sandboxes with only the Python context, whose kernel
+// has not imported the data stack; both reach the agent's command line.
 func TestDefaultContextsFlag(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	ts := testserver.Start(t, testserver.Options{BridgePrefix: "cbdc", Args: []string{"--default-contexts", "python"}})
+	ts := testserver.Start(t, testserver.Options{BridgePrefix: "cbdc", Args: []string{"--default-contexts", "python", "--python-preload", ""}})
 	s := &server{Server: ts, t: t}
 	sb := s.create(t, map[string]any{"templateID": "code-interpreter"})
 	if text, _ := sb.execute(ctx, t, "1 + 1"); text != "2" {
@@ -267,7 +268,13 @@ func TestDefaultContextsFlag(t *testing.T) {
 		t.Fatalf("contexts at boot = %v, want [python]", got)
 	}
 	out, code := sb.run(ctx, t, "cat /proc/1/cmdline | tr '\\0' ' '")
-	if code != 0 || !strings.Contains(out, "--default-contexts=python") {
+	if code != 0 || !strings.Contains(out, "--default-contexts=python") || !strings.Contains(out, "--python-preload= ") {
 		t.Fatalf("sandbox init command line: %q", out)
+	}
+	if text, _ := sb.execute(ctx, t, "import sys; 'pandas' in sys.modules"); text != "False" {
+		t.Fatalf("pandas preloaded in the kernel despite --python-preload \"\": %q", text)
+	}
+	if text, _ := sb.execute(ctx, t, "import pandas; pandas.DataFrame({'a': [1, 2]}).a.sum()"); text != "3" {
+		t.Fatalf("pandas import on demand: %q", text)
 	}
 }

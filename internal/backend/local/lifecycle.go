@@ -197,11 +197,7 @@ func (b *Backend) writeBundle(req backend.CreateRequest, s *sandbox, rootPath, n
 
 // agentArgs is the sandbox's init command line.
 func agentArgs(req backend.CreateRequest) []string {
-	args := []string{agentPath, "agent"}
-	if req.DefaultContexts != nil {
-		args = append(args, "--default-contexts="+strings.Join(req.DefaultContexts, ","))
-	}
-	return args
+	return append([]string{agentPath, "agent"}, req.Boot.Args()...)
 }
 
 // writeEtcFiles writes hostname, hosts and resolv.conf for the sandbox and returns
