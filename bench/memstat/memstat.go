@@ -202,44 +202,22 @@ func commName(pid int) string {
 // ReadRollup reads /proc/<pid>/smaps_rollup (Linux ≥ 4.14) and returns that one
 // process's Rss, Pss and Private_* in bytes (Count = 1).
 func ReadRollup(pid int) (Procs, error) {
-	raw, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "smaps_rollup"))
-	if err != nil {
-		return Procs{}, fmt.Errorf("read smaps_rollup of %d: %w", pid, err)
-	}
-	return ParseRollup(raw)
+	r, err := meminfo.ReadRollup(pid)
+	return procsOf(r), err
 }
 
 // ParseRollup parses smaps_rollup content ("Pss:   1234 kB" lines) into bytes.
 // Content without a Pss line is an error.
 func ParseRollup(data []byte) (Procs, error) {
-	p := Procs{Count: 1}
-	found := false
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) != 3 || f[2] != "kB" {
-			continue
-		}
-		kb, err := strconv.ParseUint(f[1], 10, 64)
-		if err != nil {
-			return Procs{}, fmt.Errorf("parse %q: %w", sc.Text(), err)
-		}
-		switch f[0] {
-		case "Rss:":
-			p.RSS = kb << 10
-		case "Pss:":
-			p.PSS, found = kb<<10, true
-		case "Private_Clean:", "Private_Dirty:":
-			p.USS += kb << 10
-		}
+	r, err := meminfo.ParseRollup(data)
+	return procsOf(r), err
+}
+
+func procsOf(r meminfo.Rollup) Procs {
+	if r == (meminfo.Rollup{}) {
+		return Procs{}
 	}
-	if err := sc.Err(); err != nil {
-		return Procs{}, err
-	}
-	if !found {
-		return Procs{}, errors.New("smaps_rollup has no Pss line")
-	}
-	return p, nil
+	return Procs{Count: 1, RSS: r.RSS, PSS: r.PSS, USS: r.USS}
 }
 
 // Host is the host's memory from /proc/meminfo, in bytes.

@@ -1,34 +1,22 @@
 package jupyter
 
 import (
-	"bufio"
 	"context"
-	"os"
 	"os/exec"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/cubby-dev/cubby/internal/meminfo"
 )
 
-// smapsRollup returns the fields of /proc/<pid>/smaps_rollup in bytes.
+// smapsRollup returns the process's smaps_rollup in bytes: Pss and Anonymous.
 func smapsRollup(tb testing.TB, pid int) map[string]float64 {
 	tb.Helper()
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
+	r, err := meminfo.ReadRollup(pid)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer f.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if fs := strings.Fields(v); ok && len(fs) == 2 && fs[1] == "kB" {
-			n, _ := strconv.ParseFloat(fs[0], 64)
-			out[k] = n * 1024
-		}
-	}
-	return out
+	return map[string]float64{"Pss": float64(r.PSS), "Anonymous": float64(r.Anon)}
 }
 
 // BenchmarkDenoIdleMemory starts Deno's kernel with each DENO_V8_FLAGS value,

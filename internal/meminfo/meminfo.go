@@ -1,4 +1,5 @@
-// Package meminfo reads the host's memory figures from /proc/meminfo (proc(5)).
+// Package meminfo reads memory figures from /proc (proc(5)): the host's from
+// /proc/meminfo and one process's from /proc/<pid>/smaps_rollup.
 package meminfo
 
 import (

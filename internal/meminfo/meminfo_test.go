@@ -18,3 +18,16 @@ func TestReadHost(t *testing.T) {
 		t.Fatalf("Read = %+v, %v", m, err)
 	}
 }
+
+func TestParseRollup(t *testing.T) {
+	in := "55d0c0000000-7ffc0000000 ---p 00000000 00:00 0                          [rollup]\n" +
+		"Rss:               12572 kB\nPss:                4100 kB\nPss_Anon:           3000 kB\n" +
+		"Shared_Clean:       8000 kB\nPrivate_Clean:       100 kB\nPrivate_Dirty:      3000 kB\nAnonymous:          3000 kB\n"
+	r, err := ParseRollup([]byte(in))
+	if err != nil || r != (Rollup{RSS: 12572 << 10, PSS: 4100 << 10, USS: 3100 << 10, Anon: 3000 << 10}) {
+		t.Fatalf("ParseRollup = %+v, %v", r, err)
+	}
+	if _, err := ParseRollup([]byte("Rss: 1 kB\n")); err == nil {
+		t.Fatal("rollup without Pss parsed")
+	}
+}

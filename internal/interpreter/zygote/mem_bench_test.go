@@ -1,35 +1,23 @@
 package zygote
 
 import (
-	"bufio"
 	"context"
 	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/jupyter"
+	"github.com/cubby-dev/cubby/internal/meminfo"
 )
 
-// rollup returns /proc/<pid>/smaps_rollup fields in MiB.
+// rollup returns the process's smaps_rollup in MiB: Pss and Anonymous.
 func rollup(tb testing.TB, pid int) map[string]float64 {
 	tb.Helper()
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
+	r, err := meminfo.ReadRollup(pid)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer f.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if fs := strings.Fields(v); ok && len(fs) == 2 && fs[1] == "kB" {
-			n, _ := strconv.ParseFloat(fs[0], 64)
-			out[k] = n / 1024
-		}
-	}
-	return out
+	return map[string]float64{"Pss": float64(r.PSS) / (1 << 20), "Anonymous": float64(r.Anon) / (1 << 20)}
 }
 
 // BenchmarkIdleMemory reports the memory of a fork server and one idle
