@@ -223,11 +223,13 @@ func TestClaimBlocksInternetWhenAsked(t *testing.T) {
 func TestClaimSkipsSandboxFailingInit(t *testing.T) {
 	f := newFake()
 	p, r := newTestPool(t, f, 2, 0)
-	cancel := run(t, p)
+	run(t, p)
 	waitReady(t, p, 2)
-	cancel() // stop refilling; the two warm sandboxes are drained at the end
 	ids := f.liveIDs()
 	f.mu.Lock()
+	// No replacement can boot: the refill loop keeps running, as in the
+	// server, but only the two warm sandboxes exist.
+	f.createErr = errors.New("no more boots")
 	for _, id := range ids {
 		f.failInit[id] = true
 	}
