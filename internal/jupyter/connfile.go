@@ -53,12 +53,12 @@ func newConnectionInfo(tr Transport, dir string) (ConnectionInfo, error) {
 		}
 	case TCP:
 		ci.IP = "127.0.0.1"
-		for _, p := range ports {
-			port, err := freePort()
-			if err != nil {
-				return ConnectionInfo{}, err
-			}
-			*p = port
+		picked, err := freePorts(len(ports))
+		if err != nil {
+			return ConnectionInfo{}, err
+		}
+		for i, p := range ports {
+			*p = picked[i]
 		}
 	default:
 		return ConnectionInfo{}, fmt.Errorf("unknown transport %q", tr)
@@ -66,14 +66,22 @@ func newConnectionInfo(tr Transport, dir string) (ConnectionInfo, error) {
 	return ci, nil
 }
 
-// freePort asks the kernel for an unused loopback TCP port.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pick free port: %w", err)
+// freePorts asks the kernel for n distinct unused loopback TCP ports. All n
+// listeners stay open until the last is picked, so the ports differ; they are
+// free again on return, and nothing stops another process from taking one
+// before the kernel binds it (Kernel.launch retries a TCP kernel whose start
+// fails for that reason).
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("pick free port: %w", err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports, nil
 }
 
 // Endpoint returns the ZeroMQ endpoint for one of the info's ports.

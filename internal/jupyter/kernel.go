@@ -306,9 +306,26 @@ func (k *Kernel) instanceForExec(ctx context.Context) (*instance, error) {
 	return k.cur, nil
 }
 
-// launch starts a kernel process with Options.Launcher (falling back to exec)
-// and connects to it; on error everything is undone.
+// tcpStartAttempts bounds the starts of a TCP kernel: its ports are picked
+// before launch and another socket can take one in between, which the kernel
+// reports by exiting (Deno: "AddrInUse") or resetting a connection.
+const tcpStartAttempts = 3
+
+// launch starts a kernel (launchOnce), retrying a failed TCP start with fresh
+// ports up to tcpStartAttempts times while ctx lasts.
 func (k *Kernel) launch(ctx context.Context) (*instance, error) {
+	for attempt := 1; ; attempt++ {
+		in, err := k.launchOnce(ctx)
+		if err == nil || k.opts.Transport != TCP || attempt == tcpStartAttempts || ctx.Err() != nil {
+			return in, err
+		}
+		k.log.Warn("kernel start failed; retrying with new ports", "attempt", attempt, "err", err)
+	}
+}
+
+// launchOnce starts a kernel process with Options.Launcher (falling back to
+// exec) and connects to it; on error everything is undone.
+func (k *Kernel) launchOnce(ctx context.Context) (*instance, error) {
 	if k.opts.Launcher == nil {
 		return k.launchWith(ctx, nil)
 	}
