@@ -76,15 +76,15 @@ func New(cfg Config) *Agent {
 		a.cfg.InterpreterAddr = cfg.InterpreterAddr
 	}
 	if cfg.InterpreterAddr != "-" {
-		if err := os.MkdirAll(kernelLogDir, 0o700); err != nil {
-			cfg.Log.Warn("kernel logs disabled", "dir", kernelLogDir, "err", err)
+		if err := os.MkdirAll(agentapi.KernelLogDir, 0o700); err != nil {
+			cfg.Log.Warn("kernel logs disabled", "dir", agentapi.KernelLogDir, "err", err)
 		}
 		interp, err := interpreter.New(interpreter.Config{
 			Env:              s.EnvVars,
 			User:             s.User(),
 			Workdir:          s.Workdir(),
 			Log:              cfg.Log.With("svc", "interpreter"),
-			KernelLogDir:     kernelLogDir,
+			KernelLogDir:     agentapi.KernelLogDir,
 			DefaultLanguages: cfg.Boot.DefaultContexts,
 			ZygotePreload:    cfg.Boot.PythonPreload,
 		})
@@ -122,9 +122,6 @@ func (a *Agent) routes() http.Handler {
 	mux.HandleFunc("GET /metrics", a.handleMetrics)
 	return cors(a.requireToken(mux))
 }
-
-// kernelLogDir holds one capped log per kernel (root-only).
-const kernelLogDir = "/run/cubby/kernels"
 
 // unauthorizedBody is envd's exact 401 body (E2B wire §1.4).
 const unauthorizedBody = `{"code":401,"message":"unauthorized access, please provide a valid access token or method signing if supported"}`

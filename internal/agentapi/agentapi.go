@@ -16,6 +16,12 @@ const EnvdPort = 49983
 // InterpreterPort is the TCP port of the code-interpreter service inside a sandbox.
 const InterpreterPort = 49999
 
+// KernelLogDir is where the agent keeps one capped log per kernel,
+// "<context id>.log", plus the Python fork server's "zygote.log" (root-only;
+// kernel lines are log/slog JSON records with "source":"kernel"). The host
+// reads them beneath the sandbox rootfs for GET /sandboxes/{id}/logs.
+const KernelLogDir = "/run/cubby/kernels"
+
 // EnvdVersion is the envd protocol version the agent implements and the control
 // plane reports as envdVersion (semver and PEP 440 compatible). Every feature
 // gated at or below it (shared/protocol/e2b-wire.md §2.5) is implemented.

@@ -93,10 +93,11 @@ type Stats struct {
 	DiskTotal  uint64  // bytes of the writable layer
 }
 
-// LogLine is one line of a sandbox's agent log.
+// LogLine is one line of a sandbox's agent or kernel logs.
 type LogLine struct {
 	// Timestamp is the line's own "time" field when it is a JSON log record,
-	// otherwise the log file's modification time.
+	// otherwise that of the record before it in the same file (or, with none,
+	// the file's modification time).
 	Timestamp time.Time
 	Line      string // the raw line without its newline
 }
@@ -132,9 +133,10 @@ type Backend interface {
 	// PauseFilesystem or PauseCheckpoint mode has no cgroup: ErrPaused.
 	Stats(ctx context.Context, id string) (Stats, error)
 	// Logs returns the sandbox's agent log lines (its JSON slog output on
-	// stdout/stderr) stamped at or after since (zero = from the start), oldest
-	// first, at most limit of them (the most recent ones when more match). Only
-	// the log's tail (a bounded number of bytes) is read. Errors: ErrNotFound.
+	// stdout/stderr) merged with its kernels' output (agentapi.KernelLogDir),
+	// stamped at or after since (zero = from the start), oldest first, at most
+	// limit of them (the most recent ones when more match). Only the logs'
+	// tails (a bounded number of bytes) are read. Errors: ErrNotFound.
 	Logs(ctx context.Context, id string, since time.Time, limit int) ([]LogLine, error)
 	// Recover re-adopts sandboxes that survived a restart of the server. It is given
 	// the IDs the store believes are alive and returns those really alive, running

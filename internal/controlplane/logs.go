@@ -19,7 +19,8 @@ const (
 )
 
 // GetSandboxLogs implements GET /sandboxes/{id}/logs?start&limit: the agent's
-// log lines stamped at or after start (unix ms), the last limit of them (0 or
+// and kernels' log lines (backend.Backend.Logs) stamped at or after start
+// (unix ms), the last limit of them (0 or
 // absent: 1000; capped at 10000), as
 // E2B's SandboxLogs {"logs":[{timestamp,line}],"logEntries":[{timestamp,level,message,fields}]}.
 // 404 for unknown or killed sandboxes; 400 for a negative limit.

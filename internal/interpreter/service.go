@@ -524,6 +524,7 @@ func (s *Service) startEngine(ctx context.Context, b *backend, id, cwd string, e
 	}
 	if s.cfg.KernelLogDir != "" {
 		o.LogPath = filepath.Join(s.cfg.KernelLogDir, id+".log")
+		o.LogAttrs = []slog.Attr{slog.String("context", id)}
 	}
 	k, err := jupyter.Start(ctx, b.spec, o)
 	if err != nil {

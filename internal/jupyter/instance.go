@@ -60,7 +60,7 @@ func lookPath(name string, env []string) (string, error) {
 // start launches the kernel process (with launcher, or exec when nil) and
 // watches it.
 func (in *instance) start(ctx context.Context, launcher Launcher, spec *KernelSpec, o *Options, connFile string) error {
-	w, startCopy, err := openLogSink(o.LogPath, o.LogMaxBytes)
+	w, startCopy, err := openLogSink(o.LogPath, o.LogMaxBytes, spec.Name, o.LogAttrs)
 	if err != nil {
 		return err
 	}

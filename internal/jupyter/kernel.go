@@ -6,6 +6,7 @@
 package jupyter
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -43,8 +45,13 @@ type Options struct {
 	Credential *syscall.Credential
 	// ExtraArgs are appended to the kernelspec argv.
 	ExtraArgs []string
-	// LogPath receives the kernel's stdout and stderr ("" = discarded).
+	// LogPath receives the kernel's stdout and stderr ("" = discarded), one
+	// log/slog JSON record per line: {"time","level":"INFO","msg":<line>,
+	// "source":"kernel","kernel":<spec name>, LogAttrs...}. Lines longer than
+	// 64 KiB are split.
 	LogPath string
+	// LogAttrs are added to every record in LogPath (e.g. the context ID).
+	LogAttrs []slog.Attr
 	// LogMaxBytes caps the log file (default 1 MiB).
 	LogMaxBytes int64
 	// RuntimeDir is the parent of the private 0700 per-kernel directory holding
@@ -410,9 +417,10 @@ func kernelEnv(base []string, spec map[string]string) []string {
 	return env
 }
 
-// openLogSink returns the writer end for the kernel's stdout/stderr and a function
-// starting the copy into the capped log (nil sink = /dev/null).
-func openLogSink(path string, max int64) (w *os.File, copyFn func(), err error) {
+// openLogSink returns the writer end for the kernel's stdout/stderr and a
+// function starting the copy into the capped log as JSON records (nil sink =
+// /dev/null); see Options.LogPath.
+func openLogSink(path string, max int64, kernel string, attrs []slog.Attr) (w *os.File, copyFn func(), err error) {
 	if path == "" {
 		f, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
 		if err != nil {
@@ -429,11 +437,31 @@ func openLogSink(path string, max int64) (w *os.File, copyFn func(), err error) 
 		l.Close()
 		return nil, nil, fmt.Errorf("log pipe: %w", err)
 	}
+	attrs = append([]slog.Attr{slog.String("source", "kernel"), slog.String("kernel", kernel)}, attrs...)
+	rec := slog.New(slog.NewJSONHandler(l, nil).WithAttrs(attrs))
 	return w, func() {
 		go func() {
-			io.Copy(l, r)
+			copyLines(r, func(line string) { rec.Info(line) })
 			r.Close()
 			l.Close()
 		}()
 	}, nil
+}
+
+// maxLogLine is the longest kernel output line logged as one record (bytes).
+const maxLogLine = 64 << 10
+
+// copyLines calls emit for every non-blank line read from r (without its line
+// ending; lines longer than maxLogLine are split) until r ends.
+func copyLines(r io.Reader, emit func(string)) {
+	br := bufio.NewReaderSize(r, maxLogLine)
+	for {
+		b, _, err := br.ReadLine()
+		if line := strings.TrimRight(string(b), "\r"); strings.TrimSpace(line) != "" {
+			emit(line)
+		}
+		if err != nil {
+			return
+		}
+	}
 }

@@ -2,7 +2,9 @@ package jupyter
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"log/slog"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -410,6 +412,7 @@ func TestRunsAsUserWithEnvAndLog(t *testing.T) {
 		o.Dir = work
 		o.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + work, "CUBBY_T=v1"}
 		o.LogPath = logPath
+		o.LogAttrs = []slog.Attr{slog.String("context", "c1")}
 		o.RuntimeDir = ""
 	})
 	_, c := run(t, k, "import os; print(os.getuid(), os.getcwd(), os.environ['CUBBY_T']); os.system('echo to-fd1')")
@@ -421,8 +424,25 @@ func TestRunsAsUserWithEnvAndLog(t *testing.T) {
 	var b []byte
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if b, _ = os.ReadFile(logPath); strings.Contains(string(b), "to-fd1") {
-			return
+			break
 		}
 	}
-	t.Fatalf("kernel log %q lacks fd-level output", b)
+	var found bool
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var rec struct {
+			Time               time.Time
+			Level, Msg, Source string
+			Kernel, Context    string
+		}
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("kernel log line %q is not a JSON record: %v", line, err)
+		}
+		if rec.Time.IsZero() || rec.Level != "INFO" || rec.Source != "kernel" || rec.Kernel != "python3" || rec.Context != "c1" {
+			t.Fatalf("kernel log record %q lacks time, level or attributes", line)
+		}
+		found = found || rec.Msg == "to-fd1"
+	}
+	if !found {
+		t.Fatalf("kernel log %q lacks fd-level output", b)
+	}
 }

@@ -33,20 +33,7 @@ func TestObservability(t *testing.T) {
 		t.Errorf("/metrics lacks the create latency:\n%s", body)
 	}
 
-	var logs struct {
-		Logs []struct {
-			Timestamp string `json:"timestamp"`
-			Line      string `json:"line"`
-		} `json:"logs"`
-		LogEntries []struct {
-			Level   string            `json:"level"`
-			Message string            `json:"message"`
-			Fields  map[string]string `json:"fields"`
-		} `json:"logEntries"`
-	}
-	if code := s.api("GET", "/sandboxes/"+sb.ID+"/logs", nil, &logs); code != 200 {
-		t.Fatalf("logs: %d", code)
-	}
+	logs := s.logs(t, sb.ID)
 	found := false
 	for _, e := range logs.LogEntries {
 		if e.Message == "listening" && e.Level == "info" && e.Fields["addr"] != "" {
@@ -56,6 +43,32 @@ func TestObservability(t *testing.T) {
 	if !found || len(logs.Logs) < len(logs.LogEntries) {
 		t.Fatalf("no \"listening\" entry in logs: %+v", logs)
 	}
+}
+
+// sandboxLogs is the body of GET /sandboxes/{id}/logs (E2B SandboxLogs).
+type sandboxLogs struct {
+	Logs []struct {
+		Timestamp string `json:"timestamp"`
+		Line      string `json:"line"`
+	} `json:"logs"`
+	LogEntries []logEntry `json:"logEntries"`
+}
+
+// logEntry is one structured record of sandboxLogs.
+type logEntry struct {
+	Level   string            `json:"level"`
+	Message string            `json:"message"`
+	Fields  map[string]string `json:"fields"`
+}
+
+// logs fetches the sandbox's logs (agent and kernel records).
+func (s *server) logs(t *testing.T, id string) sandboxLogs {
+	t.Helper()
+	var logs sandboxLogs
+	if code := s.api("GET", "/sandboxes/"+id+"/logs", nil, &logs); code != 200 {
+		t.Fatalf("logs: %d", code)
+	}
+	return logs
 }
 
 func hasLine(text, line string) bool {

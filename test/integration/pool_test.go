@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -276,5 +277,21 @@ func TestDefaultContextsFlag(t *testing.T) {
 	}
 	if text, _ := sb.execute(ctx, t, "import pandas; pandas.DataFrame({'a': [1, 2]}).a.sum()"); text != "3" {
 		t.Fatalf("pandas import on demand: %q", text)
+	}
+	// What a kernel writes to its own stdout (not the cell's) reaches the
+	// sandbox logs as a record naming the kernel and its context.
+	sb.execute(ctx, t, "import os; os.system('echo kernel-fd-marker-$((6*7))')")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		logs := s.logs(t, sb.ID)
+		i := slices.IndexFunc(logs.LogEntries, func(e logEntry) bool { return e.Message == "kernel-fd-marker-42" })
+		if i >= 0 {
+			if f := logs.LogEntries[i].Fields; f["source"] != "kernel" || f["kernel"] != "python3" || f["context"] == "" {
+				t.Fatalf("kernel log record fields = %v", f)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kernel output never reached GET /logs: %+v", logs.LogEntries)
+		}
 	}
 }

@@ -3,69 +3,192 @@ package local
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"path"
+	"slices"
+	"strings"
+	"syscall"
 	"time"
 
+	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/backend"
+	"github.com/cubby-dev/cubby/internal/rootfs"
 )
 
-// maxLogTail is how many bytes at the end of agent.log Logs reads (1 MiB).
-const maxLogTail = 1 << 20
+// Bounds of what Logs reads.
+const (
+	maxLogTail       = 1 << 20   // bytes at the end of agent.log
+	maxKernelLogTail = 256 << 10 // bytes at the end of each kernel log
+	maxKernelLogs    = 16        // most recently written kernel logs
+	maxKernelLogDir  = 4096      // directory entries looked at
+)
 
-// Logs implements backend.Backend: it reads at most the last maxLogTail bytes of
-// <dir>/<id>/agent.log, splits them into lines and keeps the last limit lines
-// stamped at or after since. A first partial line of the tail is dropped.
+// Logs implements backend.Backend: the last maxLogTail bytes of
+// <dir>/<id>/agent.log merged by timestamp with the last maxKernelLogTail bytes
+// of each of the maxKernelLogs most recently written kernel logs in
+// agentapi.KernelLogDir of the sandbox rootfs; of those, the last limit lines
+// stamped at or after since. A first partial line of a tail is dropped. Kernel
+// logs live in a tree the sandbox controls: they are opened beneath the rootfs
+// only (os.Root), must be regular files, and are skipped when unreadable (a
+// paused sandbox without a mounted rootfs has none).
 func (b *Backend) Logs(_ context.Context, id string, since time.Time, limit int) ([]backend.LogLine, error) {
 	if _, err := b.get(id); err != nil {
 		return nil, err
 	}
-	return readLogTail(b.logPath(id), since, limit)
+	return sandboxLogs(b.logPath(id), path.Join(b.sandboxDir(id), rootfs.RootfsName), since, limit)
 }
 
-// readLogTail implements Logs on the log file at path.
+// sandboxLogs implements Logs for the agent log at agentLog and the rootfs at
+// rootDir.
+func sandboxLogs(agentLog, rootDir string, since time.Time, limit int) ([]backend.LogLine, error) {
+	lines, err := readLogTail(agentLog, time.Time{}, 0)
+	if err != nil {
+		return nil, err
+	}
+	lines = append(lines, kernelLogs(rootDir)...)
+	slices.SortStableFunc(lines, func(x, y backend.LogLine) int { return x.Timestamp.Compare(y.Timestamp) })
+	return filterLines(lines, since, limit), nil
+}
+
+// readLogTail reads the agent log at path: its last maxLogTail bytes as lines,
+// the last limit of those stamped at or after since (limit 0 = all).
 func readLogTail(path string, since time.Time, limit int) ([]backend.LogLine, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("open agent log: %w", err)
 	}
 	defer func() { _ = f.Close() }()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("stat agent log: %w", err)
-	}
-	off := max(fi.Size()-maxLogTail, 0)
-	data, err := io.ReadAll(io.NewSectionReader(f, off, fi.Size()-off))
+	data, mtime, err := readTail(f, maxLogTail)
 	if err != nil {
 		return nil, fmt.Errorf("read agent log: %w", err)
+	}
+	return filterLines(splitLines(data, mtime), since, limit), nil
+}
+
+// readTail returns the last n bytes of f without a first partial line, and
+// f's modification time.
+func readTail(f *os.File, n int64) ([]byte, time.Time, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	off := max(fi.Size()-n, 0)
+	data, err := io.ReadAll(io.NewSectionReader(f, off, fi.Size()-off))
+	if err != nil {
+		return nil, time.Time{}, err
 	}
 	if off > 0 {
 		if i := bytes.IndexByte(data, '\n'); i >= 0 {
 			data = data[i+1:]
 		}
 	}
-	return filterLines(data, fi.ModTime(), since, limit), nil
+	return data, fi.ModTime(), nil
 }
 
-// filterLines splits data into LogLines (timestamps from the JSON "time" field,
-// else mtime) and returns the last limit of those at or after since.
-func filterLines(data []byte, mtime, since time.Time, limit int) []backend.LogLine {
+// kernelLogs reads the kernel logs beneath the rootfs at dir (see Logs); every
+// failure just leaves a file (or all of them) out.
+func kernelLogs(dir string) []backend.LogLine {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil
+	}
+	defer func() { _ = root.Close() }()
+	logDir := strings.TrimPrefix(agentapi.KernelLogDir, "/")
+	d, err := root.Open(logDir)
+	if err != nil {
+		return nil
+	}
+	entries, _ := d.ReadDir(maxKernelLogDir)
+	_ = d.Close()
+	type logFile struct {
+		name  string
+		mtime time.Time
+	}
+	var files []logFile
+	for _, e := range entries {
+		if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), ".log") {
+			continue
+		}
+		if fi, err := e.Info(); err == nil {
+			files = append(files, logFile{e.Name(), fi.ModTime()})
+		}
+	}
+	slices.SortFunc(files, func(x, y logFile) int { return cmp.Compare(y.mtime.UnixNano(), x.mtime.UnixNano()) })
+	var out []backend.LogLine
+	for _, f := range files[:min(len(files), maxKernelLogs)] {
+		out = append(out, readKernelLog(root, path.Join(logDir, f.name))...)
+	}
+	return out
+}
+
+// readKernelLog reads one kernel log's tail; nil unless it is a regular file
+// (opened without following a final symlink and without blocking on a FIFO).
+func readKernelLog(root *os.Root, name string) []backend.LogLine {
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil
+	}
+	defer func() { _ = f.Close() }()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil
+	}
+	data, mtime, err := readTail(f, maxKernelLogTail)
+	if err != nil {
+		return nil
+	}
+	return splitLines(data, mtime)
+}
+
+// splitLines splits data into non-blank LogLines stamped with their JSON "time"
+// field; a line without one takes the time of the line before it (leading ones
+// the first stamped time after them, or mtime when no line has one).
+func splitLines(data []byte, mtime time.Time) []backend.LogLine {
 	out := []backend.LogLine{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 0, 64<<10), maxLogTail)
+	var prev time.Time
+	leading := 0 // lines before the first stamped one
 	for sc.Scan() {
-		line := sc.Text()
 		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
 			continue
 		}
-		ts := lineTime(sc.Bytes(), mtime)
-		if !since.IsZero() && ts.Before(since) {
-			continue
+		ts, ok := lineTime(sc.Bytes())
+		switch {
+		case ok:
+			if prev.IsZero() {
+				for i := range out[:leading] {
+					out[i].Timestamp = ts
+				}
+			}
+			prev = ts
+		case prev.IsZero():
+			leading++
+		default:
+			ts = prev
 		}
-		out = append(out, backend.LogLine{Timestamp: ts, Line: line})
+		out = append(out, backend.LogLine{Timestamp: ts, Line: sc.Text()})
+	}
+	if prev.IsZero() {
+		for i := range out {
+			out[i].Timestamp = mtime
+		}
+	}
+	return out
+}
+
+// filterLines returns the last limit of lines (0 = all) stamped at or after
+// since (zero = all).
+func filterLines(lines []backend.LogLine, since time.Time, limit int) []backend.LogLine {
+	out := lines[:0:0]
+	for _, l := range lines {
+		if since.IsZero() || !l.Timestamp.Before(since) {
+			out = append(out, l)
+		}
 	}
 	if limit > 0 && len(out) > limit {
 		out = out[len(out)-limit:]
@@ -74,13 +197,13 @@ func filterLines(data []byte, mtime, since time.Time, limit int) []backend.LogLi
 }
 
 // lineTime returns the "time" field (RFC 3339, as log/slog's JSON handler
-// writes it) of a JSON log record, or def.
-func lineTime(line []byte, def time.Time) time.Time {
+// writes it) of a JSON log record; ok is false for other lines.
+func lineTime(line []byte) (time.Time, bool) {
 	var rec struct {
 		Time time.Time `json:"time"`
 	}
 	if len(line) == 0 || line[0] != '{' || json.Unmarshal(line, &rec) != nil || rec.Time.IsZero() {
-		return def
+		return time.Time{}, false
 	}
-	return rec.Time
+	return rec.Time, true
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 )
 
 func options() Options {
@@ -155,5 +156,56 @@ func TestWriteBundle(t *testing.T) {
 	entries, _ := os.ReadDir(dir)
 	if len(entries) != 1 {
 		t.Errorf("bundle holds %d entries, want only config.json", len(entries))
+	}
+}
+
+// TestBuildSeccomp checks the filter's shape as runc reads it; its effect is
+// checked inside a real sandbox by test/integration TestIsolation.
+func TestBuildSeccomp(t *testing.T) {
+	s, err := Build(options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := s.Linux.Seccomp
+	if sc == nil || sc.DefaultAction != specs.ActAllow {
+		t.Fatalf("seccomp = %+v, want default allow", sc)
+	}
+	if got := seccompArches("amd64"); !slices.Equal(got, []specs.Arch{specs.ArchX86_64, specs.ArchX86, specs.ArchX32}) {
+		t.Errorf("amd64 ABIs = %v", got)
+	}
+	errno := map[string]uint{}
+	cloneFlags := map[uint64]bool{}
+	for _, r := range sc.Syscalls {
+		if r.Action != specs.ActErrno || r.ErrnoRet == nil {
+			t.Fatalf("rule %+v is not an errno rule", r)
+		}
+		if len(r.Args) > 0 {
+			a := r.Args[0]
+			if r.Names[0] != "clone" || a.Index != 0 || a.Op != specs.OpMaskedEqual || a.Value != a.ValueTwo {
+				t.Errorf("argument rule %+v", r)
+			}
+			cloneFlags[a.Value] = true
+			continue
+		}
+		for _, n := range r.Names {
+			errno[n] = *r.ErrnoRet
+		}
+	}
+	for _, f := range []uint64{unix.CLONE_NEWNS, unix.CLONE_NEWCGROUP, unix.CLONE_NEWUTS, unix.CLONE_NEWIPC,
+		unix.CLONE_NEWUSER, unix.CLONE_NEWPID, unix.CLONE_NEWNET} {
+		if !cloneFlags[f] {
+			t.Errorf("clone with flag %#x is not refused", f)
+		}
+	}
+	for name, want := range map[string]unix.Errno{"unshare": unix.EPERM, "keyctl": unix.EPERM, "bpf": unix.EPERM,
+		"mount": unix.EPERM, "io_uring_setup": unix.ENOSYS, "clone3": unix.ENOSYS} {
+		if got, ok := errno[name]; !ok || got != uint(want) {
+			t.Errorf("%s: errno %d (listed %v), want %d", name, got, ok, want)
+		}
+	}
+	for _, allowed := range []string{"clone", "ptrace", "chroot", "fork", "execve"} {
+		if _, ok := errno[allowed]; ok {
+			t.Errorf("%s is denied outright", allowed)
+		}
 	}
 }
