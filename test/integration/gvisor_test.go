@@ -515,9 +515,7 @@ func TestGVisorAPICheckpointCycles(t *testing.T) {
 		}
 		sb.mustRun(ctx, t, "cat $(ls -v /home/user/c*)", want)
 	}
-	// leaks.Scan finds no runtime state directory for runsc containers, so the
-	// running check here is mounts, cgroups, processes and the network.
-	if r := s.resources(t, sb.ID, netipZero); len(r.Mounts) == 0 || len(r.Cgroups) == 0 ||
+	if r := s.resources(t, sb.ID, netipZero); len(r.Mounts) == 0 || len(r.Cgroups) == 0 || len(r.States) == 0 ||
 		len(r.Processes) == 0 || len(r.Netns) != 1 || len(r.Veths) != 1 {
 		t.Fatalf("resumed gVisor sandbox %s lacks resources: %s", sb.ID, r)
 	}

@@ -47,7 +47,7 @@ type Resources struct {
 	Veths      []string // host links whose alias names it
 	NoInternet bool     // its address is in the no-internet set
 	Cgroups    []string // cgroup directories named for it
-	States     []string // runtime state directories named for it
+	States     []string // runtime state (runc directories; runsc state, lock and socket files) named for it
 	Processes  []string // "pid command line" of processes in its cgroup or naming it on their command line
 }
 
@@ -104,13 +104,23 @@ func Scan(o Options, id string, addr netip.Addr) (Resources, error) {
 	errs = append(errs, e)
 	r.Cgroups = cgroupsFor(o, id)
 	for _, root := range o.RuntimeRoots {
-		if _, err := os.Stat(filepath.Join(root, id)); err == nil {
-			r.States = append(r.States, filepath.Join(root, id))
-		}
+		r.States = append(r.States, runtimeState(root, id)...)
 	}
 	r.Processes, e = processesFor(o.CgroupParent, id)
 	errs = append(errs, e)
 	return r, errors.Join(errs...)
+}
+
+// runtimeState lists the state a runtime keeps for container id in its state
+// root: runc's directory "<root>/<id>"; runsc's "<id>_sandbox:<sandbox>.state"
+// and ".lock" files and its "runsc-<id>.sock" control socket.
+func runtimeState(root, id string) []string {
+	var out []string
+	if _, err := os.Lstat(filepath.Join(root, id)); err == nil {
+		out = append(out, filepath.Join(root, id))
+	}
+	out = append(out, globNames(root, id+"_sandbox:*")...)
+	return append(out, globNames(root, "runsc-"+id+".sock")...)
 }
 
 // mountsBelow lists mount points at or below dir from /proc/self/mountinfo.
@@ -172,6 +182,7 @@ func loopsBelow(dir string) ([]string, error) {
 	return out, nil
 }
 
+// globNames returns the paths in dir matching pattern.
 func globNames(dir, pattern string) []string {
 	m, _ := filepath.Glob(filepath.Join(dir, pattern))
 	return m

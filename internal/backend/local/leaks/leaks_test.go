@@ -29,7 +29,7 @@ func TestScanFindsAndForgets(t *testing.T) {
 	base := t.TempDir()
 	o := Options{
 		SandboxesDir: filepath.Join(base, "sandboxes"),
-		RuntimeRoots: []string{filepath.Join(base, "runc")},
+		RuntimeRoots: []string{filepath.Join(base, "runc"), filepath.Join(base, "runsc")},
 		NetnsDir:     filepath.Join(base, "netns"),
 		CgroupRoot:   filepath.Join(base, "cgroup"),
 	}
@@ -42,6 +42,15 @@ func TestScanFindsAndForgets(t *testing.T) {
 	}
 	if err := os.WriteFile(filepath.Join(o.NetnsDir, "cubby-"+id), nil, 0o644); err != nil {
 		t.Fatal(err)
+	}
+	// runsc keeps "<id>_sandbox:<sandbox>.state" and ".lock" files and a socket.
+	if err := os.MkdirAll(o.RuntimeRoots[1], 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{id + "_sandbox:" + id + ".state", id + "_sandbox:" + id + ".lock", "runsc-" + id + ".sock", "other_sandbox:x.state", "runsc-other.sock"} {
+		if err := os.WriteFile(filepath.Join(o.RuntimeRoots[1], name), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	mnt := filepath.Join(dir, "rootfs")
 	if err := unix.Mount("tmpfs", mnt, "tmpfs", 0, "size=1m"); err != nil {
@@ -60,7 +69,7 @@ func TestScanFindsAndForgets(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !r.Dir || !slices.Contains(r.Mounts, mnt) || len(r.Netns) != 1 || len(r.Cgroups) != 1 ||
-		len(r.States) != 1 || !slices.ContainsFunc(r.Processes, func(p string) bool { return strings.HasPrefix(p, strconv.Itoa(cmd.Process.Pid)+" ") }) || !r.Running() || r.Empty() {
+		len(r.States) != 4 || !slices.ContainsFunc(r.Processes, func(p string) bool { return strings.HasPrefix(p, strconv.Itoa(cmd.Process.Pid)+" ") }) || !r.Running() || r.Empty() {
 		t.Fatalf("scan = %s", r)
 	}
 
@@ -69,7 +78,7 @@ func TestScanFindsAndForgets(t *testing.T) {
 	if err := unix.Unmount(mnt, 0); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{o.SandboxesDir, o.RuntimeRoots[0], o.NetnsDir, o.CgroupRoot} {
+	for _, p := range []string{o.SandboxesDir, o.RuntimeRoots[0], o.RuntimeRoots[1], o.NetnsDir, o.CgroupRoot} {
 		if err := os.RemoveAll(p); err != nil {
 			t.Fatal(err)
 		}
