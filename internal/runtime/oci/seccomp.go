@@ -21,7 +21,7 @@ var deniedSyscalls = []string{
 	"add_key", "request_key", "keyctl",
 	"init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot",
 	// kernel attack surface
-	"bpf", "userfaultfd", "perf_event_open", "open_by_handle_at", "name_to_handle_at",
+	"bpf", "userfaultfd", "perf_event_open", "open_by_handle_at",
 	"kcmp", "iopl", "ioperm", "fanotify_init", "lookup_dcookie", "uselib", "vhangup",
 	// host-wide state
 	"swapon", "swapoff", "acct", "syslog", "quotactl", "quotactl_fd", "settimeofday",
