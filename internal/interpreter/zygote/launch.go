@@ -170,9 +170,11 @@ func send(ctx context.Context, conn *net.UnixConn, line []byte, out *os.File) er
 		oob = unix.UnixRights(int(out.Fd()))
 	}
 	n, _, err := conn.WriteMsgUnix(line, oob, nil)
-	if err != nil {
+	if err != nil || n == len(line) {
 		return err
 	}
+	// Only a short write continues: even an empty write is a syscall, and it
+	// fails with EPIPE once a server that answered at once has hung up.
 	_, err = conn.Write(line[n:])
 	return err
 }
