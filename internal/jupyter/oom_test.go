@@ -2,16 +2,12 @@ package jupyter
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cubby-dev/cubby/internal/cgroups/cgrouptest"
 	"github.com/cubby-dev/cubby/internal/interpreter/memcg"
 )
 
@@ -24,61 +20,12 @@ func (l cgroupLauncher) Launch(_ context.Context, req LaunchRequest) (Process, e
 	return execLaunch(req)
 }
 
-// newMemoryCgroup creates a v1 memory cgroup limited to limit bytes; cleanup
-// kills what is left in it and removes it.
-func newMemoryCgroup(t *testing.T, limit int64) string {
-	t.Helper()
-	root := "/sys/fs/cgroup/memory"
-	if _, err := os.Stat(filepath.Join(root, "memory.oom_control")); err != nil || os.Geteuid() != 0 {
-		t.Skip("needs root and a cgroup v1 memory hierarchy at " + root)
-	}
-	b := make([]byte, 4)
-	rand.Read(b)
-	dir := filepath.Join(root, "cubby-oom-t"+hex.EncodeToString(b))
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		data, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-		for _, f := range strings.Fields(string(data)) {
-			if pid, err := strconv.Atoi(f); err == nil {
-				_ = killPid(pid)
-			}
-		}
-		// The kernel is reaped by Close (registered later, run earlier); rmdir
-		// fails while any task is still charged, so retry briefly.
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			err := os.Remove(dir)
-			if err == nil || time.Now().After(deadline) {
-				if err != nil {
-					t.Errorf("remove cgroup %s: %v", dir, err)
-				}
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	})
-	if err := os.WriteFile(filepath.Join(dir, "memory.limit_in_bytes"), []byte(strconv.FormatInt(limit, 10)), 0); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
-func killPid(pid int) error {
-	p, err := os.FindProcess(pid)
-	if err != nil {
-		return err
-	}
-	return p.Kill()
-}
-
 // TestOOMKillReported: a kernel in a 96 MiB cgroup allocates past the limit; the
 // execution fails with an *OOMError naming the limit, and the next execution
 // runs on a fresh kernel. A plain SIGKILL stays a plain kernel death.
 func TestOOMKillReported(t *testing.T) {
 	const limit = 96 << 20
-	dir := newMemoryCgroup(t, limit)
+	dir := cgrouptest.NewV1Memory(t, "oom", limit)
 	cg, err := memcg.Open(dir)
 	if err != nil {
 		t.Fatal(err)

@@ -107,20 +107,34 @@ func (b *Backend) initAgent(ctx context.Context, s *sandbox, token string) error
 	return nil
 }
 
+// lockRunning returns sandbox id with its lock held, or ErrNotFound (unknown
+// or killed meanwhile) or ErrPaused (wrapped as "<op> <id>: ..."), unlocked.
+func (b *Backend) lockRunning(id, op string) (*sandbox, error) {
+	s, err := b.get(id)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	switch {
+	case !b.current(s):
+		err = fmt.Errorf("sandbox %s: %w", id, backend.ErrNotFound)
+	case s.Paused:
+		err = fmt.Errorf("%s %s: %w", op, id, backend.ErrPaused)
+	}
+	if err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	return s, nil
+}
+
 // Reinit implements backend.Backend.
 func (b *Backend) Reinit(ctx context.Context, id string, init agentapi.InitRequest) error {
-	s, err := b.get(id)
+	s, err := b.lockRunning(id, "reinit")
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !b.current(s) {
-		return fmt.Errorf("sandbox %s: %w", id, backend.ErrNotFound)
-	}
-	if s.Paused {
-		return fmt.Errorf("reinit %s: %w", id, backend.ErrPaused)
-	}
 	if init.Timestamp.IsZero() {
 		init.Timestamp = time.Now().UTC()
 	}
@@ -136,18 +150,11 @@ func (b *Backend) Reinit(ctx context.Context, id string, init agentapi.InitReque
 
 // SetInternetAccess implements backend.Backend.
 func (b *Backend) SetInternetAccess(ctx context.Context, id string, allowed bool) error {
-	s, err := b.get(id)
+	s, err := b.lockRunning(id, "internet access of")
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !b.current(s) {
-		return fmt.Errorf("sandbox %s: %w", id, backend.ErrNotFound)
-	}
-	if s.Paused {
-		return fmt.Errorf("internet access of %s: %w", id, backend.ErrPaused)
-	}
 	if err := b.net.SetInternetAccess(ctx, id, allowed); err != nil {
 		return fmt.Errorf("internet access of %s: %w", id, err)
 	}

@@ -2,43 +2,16 @@ package memcg
 
 import (
 	"bufio"
-	"crypto/rand"
-	"encoding/hex"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"testing"
 
+	"github.com/cubby-dev/cubby/internal/cgroups/cgrouptest"
 	"github.com/cubby-dev/cubby/internal/rootfs/mountinfo"
 )
 
-// newV1Cgroup creates a v1 memory cgroup with limit bytes, removed at cleanup.
-func newV1Cgroup(t *testing.T, limit int64) string {
-	t.Helper()
-	root := "/sys/fs/cgroup/memory"
-	if _, err := os.Stat(filepath.Join(root, "memory.oom_control")); err != nil || os.Geteuid() != 0 {
-		t.Skip("needs root and a cgroup v1 memory hierarchy at " + root)
-	}
-	b := make([]byte, 4)
-	rand.Read(b)
-	dir := filepath.Join(root, "cubby-memcg-t"+hex.EncodeToString(b))
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := os.Remove(dir); err != nil {
-			t.Errorf("remove cgroup: %v", err)
-		}
-	})
-	if err := os.WriteFile(filepath.Join(dir, "memory.limit_in_bytes"), []byte(strconv.FormatInt(limit, 10)), 0); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
 func TestOfFindsProcessCgroup(t *testing.T) {
-	dir := newV1Cgroup(t, 32<<20)
+	dir := cgrouptest.NewV1Memory(t, "memcg", 32<<20)
 	cmd := exec.Command("sh", "-c", `echo $$ > "$1/cgroup.procs" && echo moved && exec sleep 60`, "sh", dir)
 	r, w, _ := os.Pipe()
 	cmd.Stdout = w
