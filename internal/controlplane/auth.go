@@ -24,13 +24,23 @@ const touchEvery = time.Minute
 // ErrKeyNotFound is returned (wrapped) by RevokeAPIKey for an unknown key ID.
 var ErrKeyNotFound = errors.New("api key not found")
 
-// CreateAPIKey creates and stores a new API key named name and returns the key
-// (shown once; only its SHA-256 is stored) and its record.
+// CreateAPIKey creates and stores a new API key named name for the default
+// team (store.DefaultTeam); see CreateTeamAPIKey.
 func (s *Service) CreateAPIKey(ctx context.Context, name string) (string, store.APIKey, error) {
+	return s.CreateTeamAPIKey(ctx, name, store.DefaultTeam)
+}
+
+// CreateTeamAPIKey creates and stores a new API key named name that acts for
+// team (created when new) and returns the key (shown once; only its SHA-256
+// is stored) and its record. Errors: ErrInvalidTeam (wrapped), store errors.
+func (s *Service) CreateTeamAPIKey(ctx context.Context, name, team string) (string, store.APIKey, error) {
+	if err := validTeam(team); err != nil {
+		return "", store.APIKey{}, err
+	}
 	key := apiKeyPrefix + randomHex(apiKeyHexLen/2)
 	sum := sha256.Sum256([]byte(key))
 	rec := store.APIKey{
-		ID: "key_" + randomHex(6), Name: name, Hash: sum[:],
+		ID: "key_" + randomHex(6), Name: name, Team: team, Hash: sum[:],
 		Mask:      apiKeyPrefix + "…" + key[len(key)-4:],
 		CreatedAt: time.Now().UTC(),
 	}
@@ -73,28 +83,34 @@ func (s *Service) EnsureAPIKey(ctx context.Context) (key string, created bool, e
 	return key, true, nil
 }
 
-// checkAPIKey reports whether key is CUBBY_API_KEY or an active stored key. Each
-// comparison is constant-time; every active key is compared.
-func (s *Service) checkAPIKey(ctx context.Context, key string) (bool, error) {
+// checkAPIKey returns the team key acts for: the default team for
+// CUBBY_API_KEY, the key's team for an active stored key; ok is false for any
+// other key. Each comparison is constant-time; every active key is compared.
+// Keys are read from the store on every call, so keys created or revoked by
+// `cubby keys` while the server runs count at once.
+func (s *Service) checkAPIKey(ctx context.Context, key string) (team string, ok bool, err error) {
 	if s.cfg.EnvAPIKey != "" && subtle.ConstantTimeCompare([]byte(key), []byte(s.cfg.EnvAPIKey)) == 1 {
-		return true, nil
+		return store.DefaultTeam, true, nil
 	}
 	active, err := s.store.ActiveAPIKeys(ctx)
 	if err != nil {
-		return false, err
+		return "", false, err
 	}
 	sum := sha256.Sum256([]byte(key))
-	match := ""
-	for _, k := range active {
+	var match *store.APIKey
+	for i, k := range active {
 		if subtle.ConstantTimeCompare(k.Hash, sum[:]) == 1 {
-			match = k.ID
+			match = &active[i]
 		}
 	}
-	if match == "" {
-		return false, nil
+	if match == nil {
+		return "", false, nil
 	}
-	s.touch(ctx, match)
-	return true, nil
+	s.touch(ctx, match.ID)
+	if match.Team == "" {
+		return store.DefaultTeam, true, nil
+	}
+	return match.Team, true, nil
 }
 
 // touch records a key use at most once per touchEvery.

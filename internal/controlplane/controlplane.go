@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cubby-dev/cubby/internal/admission"
 	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/pool"
@@ -50,6 +51,9 @@ type Config struct {
 	// PoolMemoryBudget caps the memory (bytes) held by warm sandboxes; 0 = a
 	// quarter of the host's RAM.
 	PoolMemoryBudget uint64
+	// Admission limits creates (and warm-pool claims) per team and server-wide;
+	// a refused create is a 429. Zero fields are no limit.
+	Admission admission.Limits
 }
 
 func (c *Config) defaults() {
@@ -102,6 +106,7 @@ type Service struct {
 	metrics   *telemetry.Metrics
 	ringSize  int
 	pool      *pool.Pool // nil without Config.Pool
+	admit     *admission.Controller
 
 	mu      sync.RWMutex
 	live    map[string]*sandbox // running and paused sandboxes
@@ -135,6 +140,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		cfg: cfg, store: deps.Store, backend: deps.Backend, templates: deps.Templates,
 		onKill: deps.OnKill, log: log, metrics: deps.Metrics, ringSize: min(max(ring, 16), 4096),
 		live: map[string]*sandbox{}, bg: bg, cancel: cancel, lastTouch: map[string]time.Time{},
+		admit: admission.New(cfg.Admission),
 	}, nil
 }
 
@@ -253,6 +259,9 @@ func (s *Service) recover(ctx context.Context) error {
 			due = append(due, sb) // the timer fires at once too; expire is idempotent
 		}
 	}
+	if countLost(recs, byID) > 0 {
+		s.dropKilledSecrets(ctx)
+	}
 	for _, sb := range due {
 		s.expire(sb)
 	}
@@ -288,7 +297,7 @@ func (s *Service) adopt(ctx context.Context, r store.Sandbox, in backend.Instanc
 			return nil, err
 		}
 	}
-	sb := newSandbox(r, in, s.ringSize)
+	sb := newSandbox(r, in, s.admit.Hold(recordTeam(r), r.MemoryMB), s.ringSize)
 	s.register(sb)
 	return sb, nil
 }

@@ -32,6 +32,7 @@ const (
 
 // createSpec is a validated create request.
 type createSpec struct {
+	team      string // the caller's team, which will own the sandbox
 	template  string
 	ttl       time.Duration
 	secure    bool
@@ -201,8 +202,9 @@ func (s *Service) ttl(sec *int32, def time.Duration) (time.Duration, error) {
 	return d, nil
 }
 
-// create starts a sandbox and returns its record: a warm one from the pool
-// when one matches, else a cold one. A failed backend create leaves the record
+// create starts a sandbox for sp.team and returns its record: a warm one from
+// the pool when one matches, else a cold one. The team's admission comes first
+// (an *admission.Error when refused). A failed backend create leaves the record
 // killed with the cause as reason and returns the error.
 func (s *Service) create(ctx context.Context, sp createSpec) (store.Sandbox, error) {
 	ref, err := s.templates.Resolve(ctx, sp.template)
@@ -214,10 +216,15 @@ func (s *Service) create(ctx context.Context, sp createSpec) (store.Sandbox, err
 	}
 	began := time.Now()
 	rec := s.newRecord(sp, ref)
+	ticket, err := s.admit.Admit(recordTeam(rec), rec.MemoryMB)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
 	defer cancel()
 	in, err := s.startInstance(bctx, &rec, ref, sp)
 	if err != nil {
+		ticket.Release()
 		s.metrics.ObserveCreate(ref.ID, telemetry.OutcomeError, time.Since(began))
 		return store.Sandbox{}, err
 	}
@@ -226,10 +233,11 @@ func (s *Service) create(ctx context.Context, sp createSpec) (store.Sandbox, err
 	if err := s.store.MarkStarted(bctx, rec.ID, rec.Addr, rec.Runtime, rec.StartedAt, rec.EndAt); err != nil {
 		_ = s.backend.Kill(bctx, rec.ID)
 		s.failCreate(bctx, rec.ID, err)
+		ticket.Release()
 		s.metrics.ObserveCreate(ref.ID, telemetry.OutcomeError, time.Since(began))
 		return store.Sandbox{}, fmt.Errorf("record sandbox start: %w", err)
 	}
-	sb := newSandbox(rec, in, s.ringSize)
+	sb := newSandbox(rec, in, ticket, s.ringSize)
 	s.register(sb)
 	s.sampleOne(bctx, sb)
 	s.metrics.ObserveCreate(ref.ID, telemetry.OutcomeOK, time.Since(began))
@@ -284,12 +292,13 @@ func (s *Service) failCreate(ctx context.Context, id string, cause error) {
 	if err := s.store.MarkKilled(ctx, id, time.Now(), "create failed: "+cause.Error()); err != nil {
 		s.log.Error("record failed create", "sandbox", id, "err", err)
 	}
+	s.dropKilledSecrets(ctx)
 }
 
 func (s *Service) newRecord(sp createSpec, ref TemplateRef) store.Sandbox {
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	rec := store.Sandbox{
-		ID: newSandboxID(), TemplateID: ref.ID, TemplateAlias: ref.Alias,
+		ID: newSandboxID(), Team: sp.team, TemplateID: ref.ID, TemplateAlias: ref.Alias,
 		Metadata: sp.metadata, EnvVars: sp.envVars,
 		CPUCount: s.cfg.DefaultCPU, MemoryMB: s.cfg.DefaultMemoryMB, DiskSizeMB: s.cfg.DefaultDiskMB,
 		StartedAt: now, EndAt: now.Add(sp.ttl), State: store.StateRunning, Secure: sp.secure,

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
+	"strconv"
 	"time"
 
+	"github.com/cubby-dev/cubby/internal/admission"
 	"github.com/cubby-dev/cubby/internal/api"
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/store"
@@ -58,7 +61,8 @@ func (s *Service) Handler() http.Handler {
 	return s.authenticate(jsonFallback(mux))
 }
 
-// authenticate rejects requests without a valid X-API-KEY with 401 (E2B wire §1.4).
+// authenticate rejects requests without a valid X-API-KEY with 401 (E2B wire
+// §1.4) and passes the others on with the key's team in their context.
 func (s *Service) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("X-API-KEY")
@@ -66,7 +70,7 @@ func (s *Service) authenticate(next http.Handler) http.Handler {
 			writeError(w, http.StatusUnauthorized, "missing X-API-KEY header")
 			return
 		}
-		ok, err := s.checkAPIKey(r.Context(), key)
+		team, ok, err := s.checkAPIKey(r.Context(), key)
 		if err != nil {
 			s.log.Error("check api key", "err", err)
 			writeError(w, http.StatusInternalServerError, "check api key: "+err.Error())
@@ -76,7 +80,7 @@ func (s *Service) authenticate(next http.Handler) http.Handler {
 			writeError(w, http.StatusUnauthorized, "invalid API key")
 			return
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(withTeam(r.Context(), team)))
 	})
 }
 
@@ -144,13 +148,19 @@ type httpAPI struct{ s *Service }
 
 var _ api.ServerInterface = httpAPI{}
 
-// fail answers err: its own status for *httpError, 501 for
-// backend.ErrNotSupported, 500 otherwise.
+// fail answers err: its own status for *httpError, 429 (with Retry-After when
+// known) for an *admission.Error, 501 for backend.ErrNotSupported, 500 otherwise.
 func (h httpAPI) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var he *httpError
+	var ae *admission.Error
 	switch {
 	case errors.As(err, &he):
 		writeError(w, he.status, he.msg)
+	case errors.As(err, &ae):
+		if ae.RetryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(ae.RetryAfter.Seconds()))))
+		}
+		writeError(w, http.StatusTooManyRequests, ae.Message)
 	case errors.Is(err, backend.ErrNotSupported):
 		writeError(w, http.StatusNotImplemented, err.Error())
 	default:
@@ -197,6 +207,7 @@ func (h httpAPI) create(w http.ResponseWriter, r *http.Request, b api.NewSandbox
 		h.fail(w, r, err)
 		return
 	}
+	sp.team = teamOf(r)
 	rec, err := h.s.create(r.Context(), sp)
 	if err != nil {
 		h.fail(w, r, err)
@@ -215,9 +226,10 @@ func v1Body(b api.NewSandbox) api.NewSandboxV2 {
 	}
 }
 
-// ListSandboxes implements GET /sandboxes (v1: every running sandbox, metadata filter only).
+// ListSandboxes implements GET /sandboxes (v1: every running sandbox of the
+// caller's team, metadata filter only).
 func (h httpAPI) ListSandboxes(w http.ResponseWriter, r *http.Request, p api.ListSandboxesParams) {
-	f := store.SandboxFilter{States: []store.State{store.StateRunning}, Descending: true}
+	f := store.SandboxFilter{Team: teamOf(r), States: []store.State{store.StateRunning}, Descending: true}
 	if p.Metadata != nil {
 		m, err := decodeMetadataFilter(*p.Metadata)
 		if err != nil {
@@ -234,7 +246,8 @@ func (h httpAPI) ListSandboxes(w http.ResponseWriter, r *http.Request, p api.Lis
 	writeJSON(w, http.StatusOK, listedViews(recs))
 }
 
-// ListSandboxesV2 implements GET /v2/sandboxes with the E2B wire §2.4 semantics.
+// ListSandboxesV2 implements GET /v2/sandboxes with the E2B wire §2.4
+// semantics, over the caller's team's sandboxes.
 func (h httpAPI) ListSandboxesV2(w http.ResponseWriter, r *http.Request, p api.ListSandboxesV2Params) {
 	if !h.ready(w) {
 		return
@@ -244,7 +257,7 @@ func (h httpAPI) ListSandboxesV2(w http.ResponseWriter, r *http.Request, p api.L
 		h.fail(w, r, err)
 		return
 	}
-	recs, next, err := h.s.list(r.Context(), q)
+	recs, next, err := h.s.list(r.Context(), teamOf(r), q)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -255,13 +268,14 @@ func (h httpAPI) ListSandboxesV2(w http.ResponseWriter, r *http.Request, p api.L
 	writeJSON(w, http.StatusOK, listedViews(recs))
 }
 
-// liveRecord returns the store record of a running or paused sandbox, or 404.
+// liveRecord returns the store record of a running or paused sandbox of the
+// caller's team, or 404 (also for another team's sandbox).
 func (h httpAPI) liveRecord(r *http.Request, id string) (store.Sandbox, error) {
 	if !validSandboxID(id) {
 		return store.Sandbox{}, sandboxNotFound(id)
 	}
 	rec, err := h.s.store.GetSandbox(r.Context(), id)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && rec.State == store.StateKilled) {
+	if errors.Is(err, store.ErrNotFound) || (err == nil && (rec.State == store.StateKilled || !owns(recordTeam(rec), teamOf(r)))) {
 		return store.Sandbox{}, sandboxNotFound(id)
 	}
 	return rec, err
@@ -282,7 +296,7 @@ func (h httpAPI) KillSandbox(w http.ResponseWriter, r *http.Request, id api.Sand
 	if !h.ready(w) {
 		return
 	}
-	if err := h.s.kill(r.Context(), id, reasonRequest); err != nil {
+	if err := h.s.kill(r.Context(), id, teamOf(r), reasonRequest); err != nil {
 		h.fail(w, r, err)
 		return
 	}
@@ -310,7 +324,7 @@ func (h httpAPI) SetSandboxTimeout(w http.ResponseWriter, r *http.Request, id ap
 	b.Timeout = *b.Present
 	ttl, err := h.s.ttl(&b.Timeout, 0)
 	if err == nil {
-		err = h.s.setTimeout(r.Context(), id, ttl)
+		err = h.s.setTimeout(r.Context(), id, teamOf(r), ttl)
 	}
 	if err != nil {
 		h.fail(w, r, err)
@@ -345,7 +359,7 @@ func (h httpAPI) connect(w http.ResponseWriter, r *http.Request, id string) {
 		h.fail(w, r, err)
 		return
 	}
-	resumed, err := h.s.connect(r.Context(), id, ttl)
+	resumed, err := h.s.connect(r.Context(), id, teamOf(r), ttl)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -375,7 +389,7 @@ func (h httpAPI) PauseSandbox(w http.ResponseWriter, r *http.Request, id api.San
 		return
 	}
 	keepMemory := b.Memory == nil || *b.Memory
-	if err := h.s.pause(r.Context(), id, keepMemory); err != nil {
+	if err := h.s.pause(r.Context(), id, teamOf(r), keepMemory); err != nil {
 		h.fail(w, r, err)
 		return
 	}

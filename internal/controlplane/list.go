@@ -162,11 +162,11 @@ func decodeNextToken(tok string) (store.Cursor, error) {
 	return store.Cursor{StartedAt: t.UTC(), ID: id}, nil
 }
 
-// list runs a validated query and returns one page and the next token ("" on
-// the last page). An unknown template matches nothing.
-func (s *Service) list(ctx context.Context, q listQuery) ([]store.Sandbox, string, error) {
+// list runs a validated query over team's sandboxes and returns one page and
+// the next token ("" on the last page). An unknown template matches nothing.
+func (s *Service) list(ctx context.Context, team string, q listQuery) ([]store.Sandbox, string, error) {
 	f := store.SandboxFilter{
-		States: q.states, StartedAfter: q.startedAfter, Metadata: q.metadata,
+		Team: team, States: q.states, StartedAfter: q.startedAfter, Metadata: q.metadata,
 		Descending: q.descending, After: q.after, Limit: q.limit + 1,
 	}
 	if q.template != "" {

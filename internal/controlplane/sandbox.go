@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cubby-dev/cubby/internal/admission"
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/store"
 )
@@ -26,8 +27,10 @@ type sandbox struct {
 	metrics *ring
 
 	// Set at creation.
-	onTimeout       string // "kill" or "pause"
-	autoPauseMemory bool   // keep memory when paused at the deadline
+	team            string            // owner (store.Sandbox.Team)
+	ticket          *admission.Ticket // released when the sandbox is gone
+	onTimeout       string            // "kill" or "pause"
+	autoPauseMemory bool              // keep memory when paused at the deadline
 
 	// Guarded by Service.mu.
 	gone      bool // killed or lost; no longer in Service.live
@@ -37,10 +40,13 @@ type sandbox struct {
 	timer     *time.Timer
 }
 
-// newSandbox builds the in-memory state of record r as the backend reports it.
-func newSandbox(r store.Sandbox, in backend.Instance, ringSize int) *sandbox {
+// newSandbox builds the in-memory state of record r as the backend reports
+// it; ticket is its admission (released by forget).
+func newSandbox(r store.Sandbox, in backend.Instance, ticket *admission.Ticket, ringSize int) *sandbox {
 	sb := &sandbox{
 		id:      r.ID,
+		team:    recordTeam(r),
+		ticket:  ticket,
 		metrics: newRing(ringSize),
 		route: Route{Addr: in.Addr, Running: !in.Paused, AutoResume: r.Lifecycle.AutoResume,
 			AccessToken: r.AccessToken, TrafficToken: r.TrafficToken},
@@ -87,11 +93,12 @@ func (s *Service) lookup(id string) *sandbox {
 	return s.live[id]
 }
 
-// acquire returns the live sandbox with id locked for a lifecycle operation, or a
-// 404 error. The caller must unlock sb.op.
-func (s *Service) acquire(id string) (*sandbox, error) {
+// acquire returns the live sandbox with id locked for a lifecycle operation of
+// caller (a team, or serverCaller), or a 404 error, also when the sandbox
+// belongs to another team. The caller must unlock sb.op.
+func (s *Service) acquire(id, caller string) (*sandbox, error) {
 	sb := s.lookup(id)
-	if sb == nil {
+	if sb == nil || !owns(sb.team, caller) {
 		return nil, sandboxNotFound(id)
 	}
 	sb.op.Lock()
@@ -105,8 +112,10 @@ func (s *Service) acquire(id string) (*sandbox, error) {
 	return sb, nil
 }
 
-// forget removes sb from the live table and stops its timer.
+// forget removes sb from the live table, stops its timer and releases its
+// admission.
 func (s *Service) forget(sb *sandbox) {
+	sb.ticket.Release()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sb.gone = true
@@ -125,9 +134,10 @@ func (s *Service) notifyKill(id string) {
 	}
 }
 
-// kill kills a live sandbox (running or paused). Unknown or killed IDs give 404.
-func (s *Service) kill(ctx context.Context, id, reason string) error {
-	sb, err := s.acquire(id)
+// kill kills a live sandbox (running or paused) of caller. Unknown or killed
+// IDs, and other teams' sandboxes, give 404.
+func (s *Service) kill(ctx context.Context, id, caller, reason string) error {
+	sb, err := s.acquire(id, caller)
 	if err != nil {
 		return err
 	}
@@ -151,12 +161,23 @@ func (s *Service) killLocked(ctx context.Context, sb *sandbox, reason string) er
 	if err := s.store.MarkKilled(ctx, sb.id, time.Now(), reason); err != nil && !errors.Is(err, store.ErrNotFound) {
 		s.log.Error("record kill", "sandbox", sb.id, "err", err)
 	}
-	if err := s.backend.Kill(ctx, sb.id); err != nil {
+	err := s.backend.Kill(ctx, sb.id)
+	s.dropKilledSecrets(ctx)
+	if err != nil {
 		s.log.Error("backend cleanup of killed sandbox failed; swept at next start", "sandbox", sb.id, "err", err)
 		return fmt.Errorf("kill sandbox %s: %w", sb.id, err)
 	}
 	s.log.Info("sandbox killed", "sandbox", sb.id, "reason", reason)
 	return nil
+}
+
+// dropKilledSecrets empties the store's WAL after a kill, so the secrets
+// MarkKilled dropped from the record leave the disk too (store.TruncateWAL).
+// When a reader keeps the WAL busy they go at a later kill.
+func (s *Service) dropKilledSecrets(ctx context.Context) {
+	if err := s.store.TruncateWAL(ctx); err != nil {
+		s.log.Debug("truncate the store's WAL after a kill", "err", err)
+	}
 }
 
 // loseLocked records that the backend no longer runs sb; the caller holds sb.op.
@@ -166,6 +187,7 @@ func (s *Service) loseLocked(ctx context.Context, sb *sandbox) {
 	if err := s.store.MarkKilled(ctx, sb.id, time.Now(), reasonGone); err != nil && !errors.Is(err, store.ErrNotFound) {
 		s.log.Error("record lost sandbox", "sandbox", sb.id, "err", err)
 	}
+	s.dropKilledSecrets(ctx)
 	s.notifyKill(sb.id)
 	s.log.Warn("sandbox vanished from the backend", "sandbox", sb.id)
 }
@@ -179,14 +201,15 @@ func detach(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), lifecycleTimeout)
 }
 
-// pause pauses a running sandbox (keepMemory: E2B's pause body `memory`, default
-// true): 409 when already paused, 404 when unknown or killed, an error wrapping
-// backend.ErrNotSupported when the backend cannot pause. The TTL stops while the
-// sandbox is paused (E2B semantics: paused sandboxes do not time out).
-func (s *Service) pause(ctx context.Context, id string, keepMemory bool) error {
+// pause pauses a running sandbox of caller (keepMemory: E2B's pause body
+// `memory`, default true): 409 when already paused, 404 when unknown, killed or
+// another team's, an error wrapping backend.ErrNotSupported when the backend
+// cannot pause. The TTL stops while the sandbox is paused (E2B semantics:
+// paused sandboxes do not time out).
+func (s *Service) pause(ctx context.Context, id, caller string, keepMemory bool) error {
 	ctx, cancel := detach(ctx)
 	defer cancel()
-	sb, err := s.acquire(id)
+	sb, err := s.acquire(id, caller)
 	if err != nil {
 		return err
 	}
@@ -251,10 +274,11 @@ func (s *Service) recordPausedLocked(ctx context.Context, sb *sandbox, mode back
 
 // connect extends a running sandbox's deadline to now+ttl when that is later
 // (resumed=false), or resumes a paused one with deadline now+ttl (resumed=true).
-func (s *Service) connect(ctx context.Context, id string, ttl time.Duration) (resumed bool, err error) {
+// Sandboxes of teams other than caller's give 404.
+func (s *Service) connect(ctx context.Context, id, caller string, ttl time.Duration) (resumed bool, err error) {
 	ctx, cancel := detach(ctx)
 	defer cancel()
-	sb, err := s.acquire(id)
+	sb, err := s.acquire(id, caller)
 	if err != nil {
 		return false, err
 	}
@@ -317,7 +341,7 @@ func (s *Service) Wake(ctx context.Context, id string) (route Route, ok bool, er
 		return Route{}, false, nil
 	}
 	if !r.Running {
-		if _, err := s.connect(ctx, id, defaultConnectTimeout); err != nil {
+		if _, err := s.connect(ctx, id, serverCaller, defaultConnectTimeout); err != nil {
 			var he *httpError
 			if errors.As(err, &he) && he.status == 404 {
 				return Route{}, false, nil
@@ -330,9 +354,9 @@ func (s *Service) Wake(ctx context.Context, id string) (route Route, ok bool, er
 }
 
 // setTimeout replaces a running sandbox's deadline with now+ttl (it may shorten
-// it). Paused, killed and unknown sandboxes give 404.
-func (s *Service) setTimeout(ctx context.Context, id string, ttl time.Duration) error {
-	sb, err := s.acquire(id)
+// it). Paused, killed, unknown and other teams' sandboxes give 404.
+func (s *Service) setTimeout(ctx context.Context, id, caller string, ttl time.Duration) error {
+	sb, err := s.acquire(id, caller)
 	if err != nil {
 		return err
 	}

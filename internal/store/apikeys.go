@@ -12,6 +12,7 @@ import (
 type APIKey struct {
 	ID         string
 	Name       string
+	Team       string    // the team the key acts for; "" is stored as DefaultTeam
 	Hash       []byte    // sha256 of the full key string
 	Mask       string    // e.g. "e2b_…1a2b"
 	CreatedAt  time.Time //
@@ -22,27 +23,43 @@ type APIKey struct {
 // Revoked reports whether the key has been revoked.
 func (k APIKey) Revoked() bool { return !k.RevokedAt.IsZero() }
 
-// InsertAPIKey adds a key. Duplicate IDs or hashes are errors.
+// InsertAPIKey adds a key, and its team when the team does not exist yet, in
+// one transaction. Duplicate IDs or hashes are errors.
 func (s *Store) InsertAPIKey(ctx context.Context, k APIKey) error {
-	_, err := s.db.ExecContext(ctx,
-		`INSERT INTO api_keys (id, name, hash, mask, created_at, last_used_at, revoked_at) VALUES (?,?,?,?,?,?,?)`,
-		k.ID, k.Name, k.Hash, k.Mask, toMS(k.CreatedAt), nullMS(k.LastUsedAt), nullMS(k.RevokedAt))
+	if k.Team == "" {
+		k.Team = DefaultTeam
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
+		return fmt.Errorf("insert api key %s: %w", k.ID, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, `INSERT INTO teams (name, created_at) VALUES (?, ?) ON CONFLICT (name) DO NOTHING`,
+		k.Team, toMS(k.CreatedAt)); err != nil {
+		return fmt.Errorf("insert api key %s: team %s: %w", k.ID, k.Team, err)
+	}
+	_, err = tx.ExecContext(ctx,
+		`INSERT INTO api_keys (id, name, team, hash, mask, created_at, last_used_at, revoked_at) VALUES (?,?,?,?,?,?,?,?)`,
+		k.ID, k.Name, k.Team, k.Hash, k.Mask, toMS(k.CreatedAt), nullMS(k.LastUsedAt), nullMS(k.RevokedAt))
+	if err != nil {
+		return fmt.Errorf("insert api key %s: %w", k.ID, err)
+	}
+	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("insert api key %s: %w", k.ID, err)
 	}
 	return nil
 }
 
+const apiKeyColumns = `id, name, team, hash, mask, created_at, last_used_at, revoked_at`
+
 // ListAPIKeys returns every key, revoked ones included, oldest first.
 func (s *Store) ListAPIKeys(ctx context.Context) ([]APIKey, error) {
-	return s.queryAPIKeys(ctx, `SELECT id, name, hash, mask, created_at, last_used_at, revoked_at
-		FROM api_keys ORDER BY created_at, id`)
+	return s.queryAPIKeys(ctx, `SELECT `+apiKeyColumns+` FROM api_keys ORDER BY created_at, id`)
 }
 
 // ActiveAPIKeys returns the keys that are not revoked.
 func (s *Store) ActiveAPIKeys(ctx context.Context) ([]APIKey, error) {
-	return s.queryAPIKeys(ctx, `SELECT id, name, hash, mask, created_at, last_used_at, revoked_at
-		FROM api_keys WHERE revoked_at IS NULL ORDER BY created_at, id`)
+	return s.queryAPIKeys(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE revoked_at IS NULL ORDER BY created_at, id`)
 }
 
 func (s *Store) queryAPIKeys(ctx context.Context, q string) ([]APIKey, error) {
@@ -56,7 +73,7 @@ func (s *Store) queryAPIKeys(ctx context.Context, q string) ([]APIKey, error) {
 		var k APIKey
 		var created int64
 		var used, revoked sql.NullInt64
-		if err := rows.Scan(&k.ID, &k.Name, &k.Hash, &k.Mask, &created, &used, &revoked); err != nil {
+		if err := rows.Scan(&k.ID, &k.Name, &k.Team, &k.Hash, &k.Mask, &created, &used, &revoked); err != nil {
 			return nil, fmt.Errorf("list api keys: %w", err)
 		}
 		k.CreatedAt, k.LastUsedAt, k.RevokedAt = fromMS(created), fromNullMS(used), fromNullMS(revoked)

@@ -53,46 +53,79 @@ func migrations() []string {
 		size_bytes INTEGER NOT NULL DEFAULT 0
 	);
 	CREATE INDEX templates_name ON templates (name);`,
+		// 2: teams. Every key and sandbox recorded before belongs to the team
+		// "default" (DefaultTeam), as CUBBY_API_KEY does.
+		`CREATE TABLE teams (
+		name       TEXT PRIMARY KEY,
+		created_at INTEGER NOT NULL
+	);
+	INSERT INTO teams (name, created_at) VALUES ('default', CAST(strftime('%s', 'now') AS INTEGER) * 1000);
+	ALTER TABLE api_keys ADD COLUMN team TEXT NOT NULL DEFAULT 'default';
+	ALTER TABLE sandboxes ADD COLUMN team TEXT NOT NULL DEFAULT 'default';
+	CREATE INDEX sandboxes_team_state_started ON sandboxes (team, state, started_at, id);`,
+		// 3: the secrets of killed sandboxes (access and traffic tokens, env vars)
+		// are dropped; MarkKilled drops them from then on. Open then rewrites the
+		// file so no copy survives in free space (see scrubMigration).
+		`UPDATE sandboxes SET access_token = '', traffic_token = '', env_vars = '{}' WHERE state = 'killed';`,
 	}
 }
+
+// scrubMigration is the version migration 3 brings the schema to; applying it
+// makes Open compact the database (VACUUM) and empty the WAL.
+const scrubMigration = 3
 
 // migrate applies every migration above the database's user_version, each in its
 // own immediate transaction so concurrent openers serialise on the write lock.
+// When it applied the scrub migration it then rewrites the whole file (VACUUM)
+// and empties the WAL, so the dropped secrets leave the disk too.
 func (s *Store) migrate(ctx context.Context) error {
+	scrubbed := false
 	for {
-		done, err := s.migrateOne(ctx)
-		if err != nil || done {
+		applied, err := s.migrateOne(ctx)
+		if err != nil {
 			return err
 		}
+		if applied == 0 {
+			break
+		}
+		scrubbed = scrubbed || applied == scrubMigration
 	}
+	if !scrubbed {
+		return nil
+	}
+	if _, err := s.db.ExecContext(ctx, "VACUUM"); err != nil {
+		return fmt.Errorf("compact after dropping secrets: %w", err)
+	}
+	return s.TruncateWAL(ctx)
 }
 
-// migrateOne applies the next pending migration; done reports that none was pending.
-func (s *Store) migrateOne(ctx context.Context) (done bool, err error) {
+// migrateOne applies the next pending migration and returns the version it
+// brought the schema to; 0 when none was pending.
+func (s *Store) migrateOne(ctx context.Context) (applied int, err error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return false, fmt.Errorf("begin: %w", err)
+		return 0, fmt.Errorf("begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
 	all := migrations()
 	var version int
 	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
-		return false, fmt.Errorf("read user_version: %w", err)
+		return 0, fmt.Errorf("read user_version: %w", err)
 	}
 	if version > len(all) {
-		return false, fmt.Errorf("database schema version %d is newer than this binary's %d", version, len(all))
+		return 0, fmt.Errorf("database schema version %d is newer than this binary's %d", version, len(all))
 	}
 	if version == len(all) {
-		return true, nil
+		return 0, nil
 	}
 	if _, err := tx.ExecContext(ctx, all[version]); err != nil {
-		return false, fmt.Errorf("apply migration %d: %w", version+1, err)
+		return 0, fmt.Errorf("apply migration %d: %w", version+1, err)
 	}
 	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", version+1)); err != nil {
-		return false, fmt.Errorf("set user_version %d: %w", version+1, err)
+		return 0, fmt.Errorf("set user_version %d: %w", version+1, err)
 	}
 	if err := tx.Commit(); err != nil {
-		return false, fmt.Errorf("commit migration %d: %w", version+1, err)
+		return 0, fmt.Errorf("commit migration %d: %w", version+1, err)
 	}
-	return false, nil
+	return version + 1, nil
 }

@@ -32,10 +32,11 @@ type Lifecycle struct {
 // Sandbox is one sandbox record.
 type Sandbox struct {
 	ID                  string
+	Team                string // owner: the team of the API key that created it; "" is stored as DefaultTeam
 	TemplateID          string
 	TemplateAlias       string
 	Metadata            map[string]string // never nil when read back
-	EnvVars             map[string]string // never nil when read back
+	EnvVars             map[string]string // never nil when read back; emptied when killed
 	CPUCount            int
 	MemoryMB            int // MiB
 	DiskSizeMB          int // MiB
@@ -43,8 +44,8 @@ type Sandbox struct {
 	EndAt               time.Time // deadline (TTL)
 	State               State
 	Secure              bool
-	AccessToken         string // envd access token; "" when unsecured
-	TrafficToken        string // "" when public traffic is allowed
+	AccessToken         string // envd access token; "" when unsecured or killed
+	TrafficToken        string // "" when public traffic is allowed or killed
 	AllowInternetAccess *bool
 	Network             json.RawMessage // create-time network config JSON; nil when absent
 	Lifecycle           Lifecycle
@@ -56,7 +57,7 @@ type Sandbox struct {
 
 const sandboxColumns = `id, template_id, template_alias, metadata, env_vars, cpu_count, memory_mb,
 	disk_mb, started_at, end_at, state, secure, access_token, traffic_token,
-	allow_internet_access, network, lifecycle, runtime, addr, killed_at, kill_reason`
+	allow_internet_access, network, lifecycle, runtime, addr, killed_at, kill_reason, team`
 
 // InsertSandbox adds a new sandbox record. A duplicate ID is an error.
 func (s *Store) InsertSandbox(ctx context.Context, sb Sandbox) error {
@@ -64,7 +65,7 @@ func (s *Store) InsertSandbox(ctx context.Context, sb Sandbox) error {
 	if err != nil {
 		return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
 	}
-	q := `INSERT INTO sandboxes (` + sandboxColumns + `) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
+	q := `INSERT INTO sandboxes (` + sandboxColumns + `) VALUES (` + placeholders(len(args)) + `)`
 	if _, err := s.db.ExecContext(ctx, q, args...); err != nil {
 		return fmt.Errorf("insert sandbox %s: %w", sb.ID, err)
 	}
@@ -92,10 +93,14 @@ func sandboxArgs(sb Sandbox) ([]any, error) {
 	if sb.AllowInternetAccess != nil {
 		allow = sql.NullBool{Bool: *sb.AllowInternetAccess, Valid: true}
 	}
+	team := sb.Team
+	if team == "" {
+		team = DefaultTeam
+	}
 	return []any{sb.ID, sb.TemplateID, sb.TemplateAlias, string(meta), string(env), sb.CPUCount,
 		sb.MemoryMB, sb.DiskSizeMB, toMS(sb.StartedAt), toMS(sb.EndAt), string(sb.State), sb.Secure,
 		sb.AccessToken, sb.TrafficToken, allow, network, string(life), sb.Runtime, addrString(sb.Addr),
-		nullMS(sb.KilledAt), sb.KillReason}, nil
+		nullMS(sb.KilledAt), sb.KillReason, team}, nil
 }
 
 func nonNil(m map[string]string) map[string]string {
@@ -125,7 +130,7 @@ func scanSandbox(row rowScanner) (Sandbox, error) {
 	)
 	err := row.Scan(&sb.ID, &sb.TemplateID, &sb.TemplateAlias, &meta, &env, &sb.CPUCount, &sb.MemoryMB,
 		&sb.DiskSizeMB, &started, &end, &state, &sb.Secure, &sb.AccessToken, &sb.TrafficToken,
-		&allow, &network, &life, &sb.Runtime, &adr, &killed, &sb.KillReason)
+		&allow, &network, &life, &sb.Runtime, &adr, &killed, &sb.KillReason, &sb.Team)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -185,6 +190,7 @@ type Cursor struct {
 
 // SandboxFilter selects sandboxes for ListSandboxes. Zero fields do not filter.
 type SandboxFilter struct {
+	Team         string            // owned by this team
 	States       []State           // any of these states; empty = every state
 	Templates    []string          // template_id or template_alias equal to any of these
 	StartedAfter time.Time         // started_at >= this (ms precision, inclusive)
@@ -226,6 +232,10 @@ func (s *Store) ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, 
 func (f SandboxFilter) query() (string, []any) {
 	var where []string
 	var args []any
+	if f.Team != "" {
+		where = append(where, "team = ?")
+		args = append(args, f.Team)
+	}
 	if len(f.States) > 0 {
 		where = append(where, "state IN ("+placeholders(len(f.States))+")")
 		for _, st := range f.States {
@@ -307,10 +317,13 @@ func (s *Store) MarkResumed(ctx context.Context, id string, addr netip.Addr, end
 }
 
 // MarkKilled moves a running or paused sandbox to killed with the time and reason.
-// The record is kept. Returns ErrNotFound when unknown or already killed.
+// The record is kept without its secrets: access token, traffic token and env
+// vars are emptied (their old copies stay in the WAL until TruncateWAL).
+// Returns ErrNotFound when unknown or already killed.
 func (s *Store) MarkKilled(ctx context.Context, id string, at time.Time, reason string) error {
 	return s.transition(ctx, id, []State{StateRunning, StatePaused},
-		"state = 'killed', killed_at = ?, kill_reason = ?", toMS(at), reason)
+		"state = 'killed', killed_at = ?, kill_reason = ?, access_token = '', traffic_token = '', env_vars = '{}'",
+		toMS(at), reason)
 }
 
 // transition applies set to the record when its state is one of from. When no row

@@ -23,7 +23,7 @@ func openTest(t *testing.T) (*Store, string) {
 
 func rec(id string, started time.Time, meta map[string]string) Sandbox {
 	return Sandbox{
-		ID: id, TemplateID: "tpl1", TemplateAlias: "base", Metadata: meta,
+		ID: id, Team: DefaultTeam, TemplateID: "tpl1", TemplateAlias: "base", Metadata: meta,
 		EnvVars: map[string]string{"A": "1"}, CPUCount: 2, MemoryMB: 512, DiskSizeMB: 1024,
 		StartedAt: started, EndAt: started.Add(time.Minute), State: StateRunning, Secure: true,
 		AccessToken: "tok", Lifecycle: Lifecycle{OnTimeout: "kill"},

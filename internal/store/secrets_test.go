@@ -1,0 +1,199 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// secretRec is a running sandbox record whose token, traffic token and env var
+// value are distinctive byte strings.
+func secretRec(id, secret string) Sandbox {
+	r := rec(id, time.Now(), nil)
+	r.AccessToken, r.TrafficToken = secret+"-access", secret+"-traffic"
+	r.EnvVars = map[string]string{"OPENAI_API_KEY": secret + "-env"}
+	return r
+}
+
+// fileHolds reports whether any of the database files contains needle.
+func fileHolds(t *testing.T, path string, needle string) string {
+	t.Helper()
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		data, err := os.ReadFile(p)
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		if bytes.Contains(data, []byte(needle)) {
+			return filepath.Base(p)
+		}
+	}
+	return ""
+}
+
+func TestMarkKilledDropsSecrets(t *testing.T) {
+	s, path := openTest(t)
+	ctx := context.Background()
+	const secret = "s3cr3t-7f1e9a"
+	if err := s.InsertSandbox(ctx, secretRec("k1", secret)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.InsertSandbox(ctx, secretRec("live1", "still-running-2b4d")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.TruncateWAL(ctx); err != nil { // the secret is now in the database file proper
+		t.Fatal(err)
+	}
+	if f := fileHolds(t, path, secret+"-env"); f == "" {
+		t.Fatal("test setup: the live secret is not on disk")
+	}
+	if err := s.MarkKilled(ctx, "k1", time.Now(), "killed by request"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.TruncateWAL(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetSandbox(ctx, "k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.AccessToken != "" || got.TrafficToken != "" || len(got.EnvVars) != 0 {
+		t.Fatalf("killed record keeps secrets: %+v", got)
+	}
+	for _, suffix := range []string{"-access", "-traffic", "-env"} {
+		if f := fileHolds(t, path, secret+suffix); f != "" {
+			t.Errorf("%s still holds %s", f, secret+suffix)
+		}
+	}
+	if live, _ := s.GetSandbox(ctx, "live1"); live.AccessToken == "" || live.EnvVars["OPENAI_API_KEY"] == "" {
+		t.Fatalf("a running sandbox lost its secrets: %+v", live)
+	}
+}
+
+// TestScrubMigration opens a database at schema version 2 holding a killed
+// sandbox's secrets (as every release before the scrub kept them).
+func TestScrubMigration(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cubby.db")
+	const secret = "old-s3cr3t-c0ffee"
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range migrations()[:2] {
+		if _, err := db.Exec(m); err != nil {
+			t.Fatalf("migration %d: %v", i+1, err)
+		}
+	}
+	for _, q := range []string{
+		"PRAGMA user_version = 2",
+		fmt.Sprintf(`INSERT INTO sandboxes (id, template_id, cpu_count, memory_mb, disk_mb, started_at, end_at, state,
+			access_token, traffic_token, env_vars) VALUES ('dead1', 't', 1, 1, 1, 0, 0, 'killed', '%[1]s-access', '%[1]s-traffic',
+			'{"K":"%[1]s-env"}'), ('live1', 't', 1, 1, 1, 0, 0, 'running', 'live-access', '', '{"K":"live-env"}')`, secret),
+		"PRAGMA wal_checkpoint(TRUNCATE)",
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if f := fileHolds(t, path, secret+"-env"); f == "" {
+		t.Fatal("test setup: the old secret is not on disk")
+	}
+	s, err := Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	dead, err := s.GetSandbox(context.Background(), "dead1")
+	if err != nil || dead.AccessToken != "" || dead.TrafficToken != "" || len(dead.EnvVars) != 0 || dead.Team != DefaultTeam {
+		t.Fatalf("killed record after migration = %+v, %v", dead, err)
+	}
+	if live, _ := s.GetSandbox(context.Background(), "live1"); live.AccessToken != "live-access" || live.EnvVars["K"] != "live-env" {
+		t.Fatalf("running record after migration = %+v", live)
+	}
+	for _, suffix := range []string{"-access", "-traffic", "-env"} {
+		if f := fileHolds(t, path, secret+suffix); f != "" {
+			t.Errorf("%s still holds %s", f, secret+suffix)
+		}
+	}
+}
+
+func TestOpenRestrictsFiles(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cubby.db")
+	s, err := Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkModes := func(when string) {
+		t.Helper()
+		for _, p := range []string{path, path + "-wal", path + "-shm"} {
+			st, err := os.Stat(p)
+			if err != nil {
+				t.Fatalf("%s: %v", when, err)
+			}
+			if st.Mode().Perm() != 0o600 {
+				t.Errorf("%s: %s is %v, want 0600", when, filepath.Base(p), st.Mode().Perm())
+			}
+		}
+	}
+	checkModes("created")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.WriteFile(p, nil, 0o644); err == nil {
+			_ = os.Chmod(p, 0o644) // an older release left them world-readable
+		}
+	}
+	s, err = Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	checkModes("reopened")
+}
+
+func TestTeams(t *testing.T) {
+	s, _ := openTest(t)
+	ctx := context.Background()
+	for i, k := range []APIKey{
+		{ID: "k1", Name: "a", Hash: []byte{1}, CreatedAt: time.Now()},
+		{ID: "k2", Name: "b", Team: "other", Hash: []byte{2}, CreatedAt: time.Now()},
+		{ID: "k3", Name: "c", Team: "other", Hash: []byte{3}, CreatedAt: time.Now()},
+	} {
+		if err := s.InsertAPIKey(ctx, k); err != nil {
+			t.Fatalf("key %d: %v", i, err)
+		}
+	}
+	teams, err := s.ListTeams(ctx)
+	if err != nil || len(teams) != 2 || teams[0].Name != DefaultTeam || teams[1].Name != "other" {
+		t.Fatalf("teams = %+v, %v", teams, err)
+	}
+	keys, _ := s.ActiveAPIKeys(ctx)
+	if keys[0].Team != DefaultTeam || keys[1].Team != "other" || keys[2].Team != "other" {
+		t.Fatalf("key teams = %+v", keys)
+	}
+	mine, theirs := rec("s1", time.Now(), nil), rec("s2", time.Now(), nil)
+	theirs.Team = "other"
+	for _, r := range []Sandbox{mine, theirs} {
+		if err := s.InsertSandbox(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for team, want := range map[string]string{DefaultTeam: "s1", "other": "s2"} {
+		got, err := s.ListSandboxes(ctx, SandboxFilter{Team: team})
+		if err != nil || len(got) != 1 || got[0].ID != want || got[0].Team != team {
+			t.Errorf("team %s lists %+v, %v", team, got, err)
+		}
+	}
+	if all, _ := s.ListSandboxes(ctx, SandboxFilter{}); len(all) != 2 {
+		t.Errorf("unfiltered list = %d records", len(all))
+	}
+}
