@@ -87,7 +87,7 @@ func (s *Sandbox) RunCode(ctx context.Context, code string, opts *RunCodeOptions
 		stop := time.AfterFunc(d, func() { cancel(errExecTimeout) }).Stop
 		defer stop()
 	}
-	resp, err := s.ciRequest(ctx, ectx, http.MethodPost, "/execute", body, true, target{ResourceContext, contextID(o.Context)})
+	resp, err := s.ciRequest(ctx, ectx, http.MethodPost, "/execute", body, target{ResourceContext, contextID(o.Context)})
 	if err != nil {
 		return nil, s.execError(ctx, ectx, o.Timeout, err)
 	}
@@ -232,7 +232,7 @@ func (s *Sandbox) RemoveCodeContext(ctx context.Context, id string) error {
 func (s *Sandbox) ciUnary(ctx context.Context, method, path string, body any, t target, out any) error {
 	rctx, cancel := s.cfg.requestContext(ctx)
 	defer cancel()
-	resp, err := s.ciRequest(ctx, rctx, method, path, body, false, t)
+	resp, err := s.ciRequest(ctx, rctx, method, path, body, t)
 	if err != nil {
 		return err
 	}
@@ -248,9 +248,10 @@ func (s *Sandbox) ciUnary(ctx context.Context, method, path string, body any, t 
 }
 
 // ciRequest sends a request to the code interpreter (port 49999, E2B wire
-// §4.1); the request timeout bounds the time to response headers. withToken
-// adds X-Access-Token (sent on /execute only).
-func (s *Sandbox) ciRequest(ctx, rctx context.Context, method, path string, body any, withToken bool, t target) (*http.Response, error) {
+// §4.1); the request timeout bounds the time to response headers. The access
+// token goes on every route: E2B needs it on /execute, and a Cubby server run
+// with --interpreter-auth all on the code-context routes too.
+func (s *Sandbox) ciRequest(ctx, rctx context.Context, method, path string, body any, t target) (*http.Response, error) {
 	op := strings.ToLower(method) + " " + path
 	var rd io.Reader
 	if body != nil {
@@ -272,7 +273,7 @@ func (s *Sandbox) ciRequest(ctx, rctx context.Context, method, path string, body
 		return nil, &InvalidArgumentError{Message: op + ": " + err.Error()}
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if withToken && s.accessToken != "" {
+	if s.accessToken != "" {
 		req.Header.Set("X-Access-Token", s.accessToken)
 	}
 	resp, err := s.ciHTTP.Do(req)

@@ -135,13 +135,18 @@ func (a *Agent) requireToken(next http.Handler) http.Handler {
 			return
 		}
 		if !a.settings.CheckToken(r.Header.Get("X-Access-Token")) {
-			w.Header().Set("Content-Type", "application/json; charset=utf-8")
-			w.WriteHeader(http.StatusUnauthorized)
-			_, _ = w.Write([]byte(unauthorizedBody))
+			writeUnauthorized(w)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// writeUnauthorized answers 401 with envd's body.
+func writeUnauthorized(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(http.StatusUnauthorized)
+	_, _ = w.Write([]byte(unauthorizedBody))
 }
 
 // cors answers browsers the way envd does: any origin, any header, Connect headers exposed.
@@ -296,22 +301,28 @@ func (a *Agent) server(h http.Handler) *http.Server {
 		Handler:           h,
 		Protocols:         &protocols,
 		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       agentapi.IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(a.cfg.Log.Handler(), slog.LevelDebug),
 	}
 }
 
-// interpreterHandler serves the code interpreter; /execute requires the access
-// token of a secured sandbox (E2B wire §1.4), /contexts and /health do not.
+// interpreterHandler serves the code interpreter behind interpreterAuth.
 func (a *Agent) interpreterHandler() http.Handler {
-	h := a.interp.Handler()
+	return interpreterAuth(a.interp.Handler(), a.settings, a.cfg.Boot.InterpreterAuth == agentapi.InterpreterAuthAll)
+}
+
+// interpreterAuth guards the code interpreter next of a sandbox with settings
+// s: once secured, POST /execute requires the access token (E2B wire §1.4);
+// with all set every other route does too, except GET /health. A missing or
+// wrong token gets 401 with envd's body.
+func interpreterAuth(next http.Handler, s *settings.Settings, all bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/execute" && !a.settings.CheckToken(r.Header.Get("X-Access-Token")) {
-			w.Header().Set("Content-Type", "application/json; charset=utf-8")
-			w.WriteHeader(http.StatusUnauthorized)
-			_, _ = w.Write([]byte(unauthorizedBody))
+		open := r.URL.Path == "/health" || (!all && r.URL.Path != "/execute")
+		if !open && !s.CheckToken(r.Header.Get("X-Access-Token")) {
+			writeUnauthorized(w)
 			return
 		}
-		h.ServeHTTP(w, r)
+		next.ServeHTTP(w, r)
 	})
 }
 

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"os"
 	"strings"
 
@@ -12,7 +13,7 @@ import (
 )
 
 func newAgentCmd() *cobra.Command {
-	var addr string
+	var addr, interpAuth string
 	var contexts, preload []string
 	cmd := &cobra.Command{
 		Use:    "agent",
@@ -29,14 +30,37 @@ func newAgentCmd() *cobra.Command {
 			}
 			agent.PrewarmThreads(48)
 			cfg := agent.Config{Addr: addr, Log: logger(cmd, true)}
+			if err := checkInterpreterAuth(interpAuth); err != nil {
+				return err
+			}
 			cfg.Boot = bootOptions(cmd, contexts, preload)
+			cfg.Boot.InterpreterAuth = interpAuth
 			a := agent.New(cfg)
 			return a.Serve(cmd.Context())
 		},
 	}
 	cmd.Flags().StringVar(&addr, "listen", ":49983", "envd listen address")
 	addBootFlags(cmd, &contexts, &preload)
+	addInterpreterAuthFlag(cmd, &interpAuth)
 	return cmd
+}
+
+// checkInterpreterAuth validates the value of --interpreter-auth.
+func checkInterpreterAuth(v string) error {
+	if !agentapi.ValidInterpreterAuth(v) {
+		return fmt.Errorf("--%s %q: want %s or %s", agentapi.FlagInterpreterAuth, v,
+			agentapi.InterpreterAuthExecute, agentapi.InterpreterAuthAll)
+	}
+	return nil
+}
+
+// addInterpreterAuthFlag declares --interpreter-auth, shared by `agent` and
+// `serve` (which passes it on to every sandbox's agent).
+func addInterpreterAuthFlag(cmd *cobra.Command, v *string) {
+	cmd.Flags().StringVar(v, agentapi.FlagInterpreterAuth, agentapi.InterpreterAuthExecute,
+		"code-interpreter routes (port 49999) of a secured sandbox that need its access token: "+
+			agentapi.InterpreterAuthExecute+" (as E2B: POST /execute; the official SDKs send the token nowhere else) or "+
+			agentapi.InterpreterAuthAll+" (every route but /health; the official SDKs' code-context calls then fail with 401)")
 }
 
 // addBootFlags declares the code-interpreter boot flags shared by `agent` and

@@ -20,6 +20,7 @@ import (
 type keyJSON struct {
 	ID         string     `json:"id"`
 	Name       string     `json:"name"`
+	Team       string     `json:"team"`
 	Mask       string     `json:"mask"`
 	CreatedAt  time.Time  `json:"createdAt"`
 	LastUsedAt *time.Time `json:"lastUsedAt"`
@@ -34,7 +35,7 @@ func toKeyJSON(k store.APIKey) keyJSON {
 		}
 		return &t
 	}
-	return keyJSON{ID: k.ID, Name: k.Name, Mask: k.Mask, CreatedAt: k.CreatedAt, LastUsedAt: opt(k.LastUsedAt), RevokedAt: opt(k.RevokedAt)}
+	return keyJSON{ID: k.ID, Name: k.Name, Team: k.Team, Mask: k.Mask, CreatedAt: k.CreatedAt, LastUsedAt: opt(k.LastUsedAt), RevokedAt: opt(k.RevokedAt)}
 }
 
 // newKeysCmd is `cubby keys`: API keys are managed on the server host, in the
@@ -47,7 +48,11 @@ func newKeysCmd() *cobra.Command {
 		Long: `Manage the API keys of a Cubby server. There is no API endpoint for keys: run
 these commands on the server host, as a user that can write the server's data
 directory (--data-dir, as given to cubby serve). They take effect at once, also
-while the server runs. A new key is printed once; only its hash is stored.`,
+while the server runs. A new key is printed once; only its hash is stored.
+
+Every key belongs to a team (--team, default "default", the team of CUBBY_API_KEY).
+A sandbox belongs to the team of the key that created it: keys of other teams
+can neither see nor touch it, and limits (cubby serve --team-max-*) count per team.`,
 	}
 	cmd.PersistentFlags().StringVar(&dataDir, "data-dir", "/var/lib/cubby", "server data directory (holds cubby.db)")
 	cmd.AddCommand(newKeysCreateCmd(&dataDir), newKeysListCmd(&dataDir), newKeysRevokeCmd(&dataDir))
@@ -79,7 +84,7 @@ func withKeys(ctx context.Context, dataDir string, create bool, f func(*controlp
 }
 
 func newKeysCreateCmd(dataDir *string) *cobra.Command {
-	var name string
+	var name, team string
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "create",
@@ -87,7 +92,7 @@ func newKeysCreateCmd(dataDir *string) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withKeys(cmd.Context(), *dataDir, true, func(svc *controlplane.Service) error {
-				key, rec, err := svc.CreateAPIKey(cmd.Context(), name)
+				key, rec, err := svc.CreateTeamAPIKey(cmd.Context(), name, team)
 				if err != nil {
 					return err
 				}
@@ -97,12 +102,13 @@ func newKeysCreateCmd(dataDir *string) *cobra.Command {
 					return writeJSON(cmd.OutOrStdout(), kj)
 				}
 				fmt.Fprintln(cmd.OutOrStdout(), key)
-				fmt.Fprintf(cmd.ErrOrStderr(), "API key %s (%s) created; it is shown only now: export E2B_API_KEY=%s\n", rec.ID, rec.Name, key)
+				fmt.Fprintf(cmd.ErrOrStderr(), "API key %s (%s, team %s) created; it is shown only now: export E2B_API_KEY=%s\n", rec.ID, rec.Name, rec.Team, key)
 				return nil
 			})
 		},
 	}
 	cmd.Flags().StringVar(&name, "name", "cli", "name of the key, for your records")
+	cmd.Flags().StringVar(&team, "team", store.DefaultTeam, "team the key acts for (created when new): lowercase letters, digits, '_' and '-'")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (including the key)")
 	return cmd
 }
@@ -128,9 +134,9 @@ func newKeysListCmd(dataDir *string) *cobra.Command {
 					return writeJSON(cmd.OutOrStdout(), out)
 				}
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "ID\tNAME\tKEY\tCREATED\tLAST USED\tREVOKED")
+				fmt.Fprintln(tw, "ID\tNAME\tTEAM\tKEY\tCREATED\tLAST USED\tREVOKED")
 				for _, k := range keys {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.Mask, shortTime(k.CreatedAt),
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.Team, k.Mask, shortTime(k.CreatedAt),
 						shortTime(k.LastUsedAt), shortTime(k.RevokedAt))
 				}
 				return tw.Flush()

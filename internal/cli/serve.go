@@ -7,13 +7,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cubby-dev/cubby/internal/admission"
 	"github.com/cubby-dev/cubby/internal/pool"
 	"github.com/cubby-dev/cubby/internal/server"
 )
 
 func newServeCmd() *cobra.Command {
 	var cfg server.Config
-	var subnet string
+	var subnet, interpAuth string
 	var pools, contexts, preload []string
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -21,8 +22,11 @@ func newServeCmd() *cobra.Command {
 		Long: `Run the Cubby server: the E2B-compatible control plane and the sandbox gateway on
 one listener. Point the official SDKs at it with
   E2B_API_URL=http://ADDR  E2B_SANDBOX_URL=http://ADDR  E2B_API_KEY=<key>
-On first start the built-in "base" template is built (a few minutes) and an API key
-is printed once. CUBBY_API_KEY, when set, is accepted as an API key too.`,
+On first start the built-in "base" template is built (a few minutes). CUBBY_API_KEY,
+when set, is accepted as an API key of the default team; without it an API key is
+created on first start and printed once (written to <data-dir>/first-api-key, mode
+0600, when the output is not a terminal). Create more keys, for other teams too, with
+cubby keys create.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if os.Geteuid() != 0 {
@@ -33,7 +37,11 @@ is printed once. CUBBY_API_KEY, when set, is accepted as an API key too.`,
 				return fmt.Errorf("--subnet: %w", err)
 			}
 			cfg.Subnet = p
+			if err := checkInterpreterAuth(interpAuth); err != nil {
+				return err
+			}
 			cfg.Boot = bootOptions(cmd, contexts, preload)
+			cfg.Boot.InterpreterAuth = interpAuth
 			for _, spec := range pools {
 				t, err := pool.ParseTarget(spec)
 				if err != nil {
@@ -42,7 +50,11 @@ is printed once. CUBBY_API_KEY, when set, is accepted as an API key too.`,
 				cfg.Pool = append(cfg.Pool, t)
 			}
 			cfg.EnvAPIKey = os.Getenv("CUBBY_API_KEY")
-			return server.Run(cmd.Context(), cfg, logger(cmd, false))
+			log := logger(cmd, false)
+			if err := server.RestrictLogFiles(os.Stdout, os.Stderr); err != nil {
+				log.Warn("the server log stays readable by others", "err", err)
+			}
+			return server.Run(cmd.Context(), cfg, log)
 		},
 	}
 	f := cmd.Flags()
@@ -60,5 +72,20 @@ is printed once. CUBBY_API_KEY, when set, is accepted as an API key too.`,
 	addBootFlags(cmd, &contexts, &preload)
 	f.StringArrayVar(&pools, "pool", nil, "keep a warm pool: TEMPLATE=SIZE booted sandboxes that creates claim in milliseconds (repeatable)")
 	f.IntVar(&cfg.PoolMemoryMB, "pool-memory-mb", 0, "memory budget of the warm pools in MiB, measured from their cgroups (default a quarter of the host's RAM)")
+	addInterpreterAuthFlag(cmd, &interpAuth)
+	addLimitFlags(cmd, &cfg)
 	return cmd
+}
+
+// addLimitFlags declares the admission limits and listener timeouts of `serve`.
+func addLimitFlags(cmd *cobra.Command, cfg *server.Config) {
+	f := cmd.Flags()
+	a := &cfg.Admission
+	f.IntVar(&a.TeamSandboxes, "team-max-sandboxes", admission.DefaultTeamSandboxes, "live (running or paused) sandboxes one team may have; 0 = no limit")
+	f.IntVar(&a.TeamMemoryMB, "team-max-memory-mb", 0, "MiB of memory limits the live sandboxes of one team may add up to; 0 = no team limit (--max-memory-mb still applies)")
+	f.IntVar(&a.ServerMemoryMB, "max-memory-mb", 0, fmt.Sprintf("MiB of memory limits all live sandboxes may add up to (default %d times the host's RAM: a limit is a cap, not a reservation)", admission.Overcommit))
+	f.Float64Var(&a.CreateRate, "create-rate", admission.DefaultCreateRate, "sandbox creates per second one team may make, sustained (warm-pool claims count); 0 = no limit")
+	f.IntVar(&a.CreateBurst, "create-burst", admission.DefaultCreateBurst, "sandbox creates one team may make at once after being idle")
+	f.DurationVar(&cfg.ReadHeaderTimeout, "read-header-timeout", server.DefaultReadHeaderTimeout, "time a client has to send a request's headers")
+	f.DurationVar(&cfg.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "idle keep-alive connections are closed after this long (requests in progress are never cut)")
 }

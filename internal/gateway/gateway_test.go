@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -355,4 +356,16 @@ func rawStream(t *testing.T, e *testEnv, id string, port int) (net.Conn, *bufio.
 		t.Fatalf("first chunk: %q %v", line, err)
 	}
 	return c, body
+}
+
+func TestWithoutQuery(t *testing.T) {
+	err := &url.Error{Op: "Get", URL: "http://10.77.0.2:49983/files?path=a&signature=v1_secret&signature_expiration=9", Err: io.EOF}
+	got := withoutQuery(fmt.Errorf("proxy: %w", err))
+	if strings.Contains(got.Error(), "secret") || !strings.Contains(got.Error(), "/files") || !errors.Is(got, io.EOF) {
+		t.Fatalf("withoutQuery = %v", got)
+	}
+	plain := errors.New("dial tcp: refused")
+	if withoutQuery(plain) != plain {
+		t.Fatal("an error without a URL changed")
+	}
 }

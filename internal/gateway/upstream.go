@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -105,6 +106,7 @@ func (g *Gateway) dialUpstream(ctx context.Context, d *net.Dialer, network, addr
 // proxyError answers a failed upstream round trip (before response headers).
 func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	pt := r.Context().Value(proxyTargetKey{}).(*proxyTarget)
+	err = withoutQuery(err)
 	if pt.stream.killed.Load() || r.Context().Err() != nil {
 		// Sandbox closed (serveRoute aborts the stream) or client gone: nothing to say.
 		g.log.Debug("proxy aborted", "sandbox", pt.id, "port", pt.port, "err", err)
@@ -153,4 +155,19 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(code)
 	_, _ = w.Write(body)
+}
+
+// withoutQuery drops the query from the URL a transport error names, so logs
+// never hold a signed /files URL's signature (a credential until it expires).
+func withoutQuery(err error) error {
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return err
+	}
+	u, perr := url.Parse(ue.URL)
+	if perr != nil {
+		return fmt.Errorf("%s: %w", ue.Op, ue.Err)
+	}
+	u.RawQuery, u.ForceQuery = "", false
+	return &url.Error{Op: ue.Op, URL: u.String(), Err: ue.Err}
 }

@@ -24,10 +24,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cubby-dev/cubby/internal/admission"
 	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/backend/local"
 	"github.com/cubby-dev/cubby/internal/controlplane"
 	"github.com/cubby-dev/cubby/internal/gateway"
+	"github.com/cubby-dev/cubby/internal/meminfo"
 	"github.com/cubby-dev/cubby/internal/network"
 	"github.com/cubby-dev/cubby/internal/pool"
 	"github.com/cubby-dev/cubby/internal/rootfs"
@@ -55,9 +57,33 @@ type Config struct {
 	Boot            agentapi.BootOptions // code-interpreter boot options passed to every sandbox's agent
 	Pool            []pool.Target        // warm pools (template, size); none by default
 	PoolMemoryMB    int                  // memory budget of the warm pools in MiB; 0 = a quarter of the host's RAM
-	EnvAPIKey       string               // CUBBY_API_KEY; accepted when set
+	EnvAPIKey       string               // CUBBY_API_KEY; accepted (for the default team) when set
 	Progress        io.Writer            // template build progress and the first API key; default os.Stderr
+	// Admission are the per-team and server-wide limits on creates; a zero
+	// ServerMemoryMB becomes admission.DefaultServerMemoryMB of the host's RAM.
+	Admission admission.Limits
+	// ReadHeaderTimeout bounds reading a request's headers on the listener;
+	// default DefaultReadHeaderTimeout.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes keep-alive connections idle this long; default
+	// DefaultIdleTimeout. Neither timeout limits a request in progress
+	// (executions, watch streams, PTYs and uploads run as long as they need).
+	IdleTimeout time.Duration
 }
+
+// Listener timeouts of `cubby serve` (README's flag table).
+const (
+	// DefaultReadHeaderTimeout bounds reading a request's headers.
+	DefaultReadHeaderTimeout = 10 * time.Second
+	// DefaultIdleTimeout closes idle keep-alive connections; it is longer than
+	// the idle-connection timeouts of the SDKs' HTTP clients (Go 90 s, Node 4 s,
+	// httpx 5 s), so a client never reuses a connection the server is closing.
+	DefaultIdleTimeout = 2 * time.Minute
+)
+
+// dataDirMode is the mode of the data directory: it holds the database,
+// sandbox disks, memory checkpoints and runtime state.
+const dataDirMode = 0o700
 
 func (c *Config) defaults() error {
 	if c.Listen == "" {
@@ -89,7 +115,30 @@ func (c *Config) defaults() error {
 	if c.TemplatesDir == "" {
 		c.TemplatesDir = filepath.Join(abs, "templates")
 	}
-	return os.MkdirAll(abs, 0o700)
+	c.timeoutDefaults()
+	if c.Admission.ServerMemoryMB == 0 {
+		m, err := meminfo.Read()
+		if err != nil {
+			return fmt.Errorf("server memory cap: %w", err)
+		}
+		c.Admission.ServerMemoryMB = admission.DefaultServerMemoryMB(m.Total)
+	}
+	if err := os.MkdirAll(abs, dataDirMode); err != nil {
+		return fmt.Errorf("create data dir: %w", err)
+	}
+	if err := os.Chmod(abs, dataDirMode); err != nil { // an existing one may be wider
+		return fmt.Errorf("restrict data dir: %w", err)
+	}
+	return nil
+}
+
+func (c *Config) timeoutDefaults() {
+	if c.ReadHeaderTimeout <= 0 {
+		c.ReadHeaderTimeout = DefaultReadHeaderTimeout
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
 }
 
 // Run serves until ctx is done. /health answers 503 while starting (e.g. while the
@@ -106,7 +155,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	var gw atomic.Pointer[gateway.Gateway]
 	srv := &http.Server{
 		Handler:           rootHandler(&ready),
-		ReadHeaderTimeout: 30 * time.Second,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			if g := gw.Load(); g != nil {
 				return g.ConnContext(ctx, c)
@@ -222,6 +272,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 		PoolMemoryBudget: uint64(cfg.PoolMemoryMB) << 20,
 		Domain:           cfg.Domain,
 		EnvAPIKey:        cfg.EnvAPIKey,
+		Admission:        cfg.Admission,
 	}, controlplane.Deps{
 		Store:     st,
 		Backend:   b,
@@ -246,10 +297,8 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 	if err := cp.Start(ctx); err != nil {
 		return nil, fmt.Errorf("start control plane: %w", err)
 	}
-	if key, created, err := cp.EnsureAPIKey(ctx); err != nil {
-		return nil, fmt.Errorf("ensure API key: %w", err)
-	} else if created {
-		fmt.Fprintf(cfg.Progress, "\nCreated the first API key (shown once, store it now):\n\n    E2B_API_KEY=%s\n\n", key)
+	if err := firstKey(ctx, cfg, cp, log); err != nil {
+		return nil, err
 	}
 	ok = true
 	return a, nil

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"io"
@@ -9,9 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,26 +16,15 @@ import (
 	"github.com/cubby-dev/cubby/internal/testserver"
 )
 
-// metric returns the value of the first exposition line starting with prefix
-// (name{labels...}) on the server's GET /metrics, or -1.
+// metric returns the value of the first sample on the server's GET /metrics
+// matching pattern, or -1 (testserver.Server.Metric).
 func (s *server) metric(t *testing.T, pattern string) float64 {
 	t.Helper()
-	resp, err := http.Get(s.URL("/metrics"))
+	v, err := s.Metric(context.Background(), pattern)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	re := regexp.MustCompile(pattern)
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "#") && re.MatchString(line) {
-			f := strings.Fields(line)
-			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-			return v
-		}
-	}
-	return -1
+	return v
 }
 
 // sandboxDirs lists the sandbox IDs the backend holds on disk (pooled ones included).
