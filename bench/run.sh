@@ -47,6 +47,11 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# bench_limits lift the admission limits (cubby serve --team-max-sandboxes, --max-memory-mb,
+# --create-rate): the density rows hold 100 sandboxes with 1 GiB limits at once, and the
+# throughput rows create faster than a team's default rate.
+bench_limits=(--team-max-sandboxes 0 --max-memory-mb 1048576 --create-rate 0)
+
 # start_server NAME BRIDGE SUBNET [serve flags...]: starts bin/cubby serve on a free
 # loopback port and prints its URL once /health answers.
 start_server() {
@@ -57,7 +62,7 @@ start_server() {
   mkdir -p "$data"
   CUBBY_API_KEY=$key "$bin" serve --listen "127.0.0.1:$port" --data-dir "$data" \
     --templates-dir "${CUBBY_TEMPLATES_DIR:-$repo/.cache/templates}" \
-    --bridge "$bridge" --subnet "$subnet" "$@" >"$data/server.log" 2>&1 &
+    --bridge "$bridge" --subnet "$subnet" "${bench_limits[@]}" "$@" >"$data/server.log" 2>&1 &
   pids+=($!)
   urls+=("http://127.0.0.1:$port")
   server_url=http://127.0.0.1:$port

@@ -7,7 +7,10 @@ cd "$(dirname "$0")/.."
 
 DATA_DIR=${CUBBY_DATA_DIR:-/var/lib/cubby}
 LISTEN=${CUBBY_LISTEN:-127.0.0.1:3000}
+# The data dir holds the key, the log and the server's database: root only,
+# also when an earlier run (or release) left them readable by others.
 mkdir -p "$DATA_DIR"
+chmod 700 "$DATA_DIR"
 
 scripts/install-deps.sh
 echo "==> building bin/cubby"
@@ -15,8 +18,10 @@ make -s build
 
 # A key the quickstart can use; the server also accepts it through CUBBY_API_KEY.
 KEY_FILE="$DATA_DIR/quickstart.key"
-[ -s "$KEY_FILE" ] || echo "e2b_$(head -c 20 /dev/urandom | od -An -tx1 | tr -d ' \n')" > "$KEY_FILE"
+[ -s "$KEY_FILE" ] || (umask 077 && echo "e2b_$(head -c 20 /dev/urandom | od -An -tx1 | tr -d ' \n')" > "$KEY_FILE")
 KEY=$(cat "$KEY_FILE")
+(umask 077 && touch "$DATA_DIR/cubby.log")
+chmod 600 "$KEY_FILE" "$DATA_DIR/cubby.log"
 
 if ! curl -fsS "http://$LISTEN/health" >/dev/null 2>&1; then
   echo "==> starting cubby serve on $LISTEN (log: $DATA_DIR/cubby.log); the first start builds the base template"

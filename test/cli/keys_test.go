@@ -96,3 +96,42 @@ func TestTemplateCommands(t *testing.T) {
 		t.Errorf("unknown template: %s", r)
 	}
 }
+
+// TestKeysTeams creates a key of another team in the running server's data
+// directory: it lists only its team's sandboxes, and `keys list` shows teams.
+func TestKeysTeams(t *testing.T) {
+	s := need(t)
+	type teamKey struct {
+		keyInfo
+		Team string `json:"team"`
+	}
+	k := decode[teamKey](t, s.ok(t, "keys", "create", "--name", "acme-ci", "--team", "acme", "--json", "--data-dir", s.DataDir))
+	if k.Team != "acme" || !strings.HasPrefix(k.Key, "e2b_") {
+		t.Fatalf("create --team --json: %+v", k)
+	}
+	list := decode[[]teamKey](t, s.ok(t, "keys", "list", "--json", "--data-dir", s.DataDir))
+	teams := map[string]string{}
+	for _, l := range list {
+		teams[l.ID] = l.Team
+	}
+	if teams[k.ID] != "acme" {
+		t.Fatalf("list --json teams: %v", teams)
+	}
+	table := s.ok(t, "keys", "list", "--data-dir", s.DataDir)
+	if !strings.Contains(table, "TEAM") || !strings.Contains(table, "acme") {
+		t.Errorf("list table:\n%s", table)
+	}
+	id := strings.TrimSpace(s.ok(t, "sandbox", "create", "--template", "base"))
+	defer s.ok(t, "sandbox", "kill", id)
+	env := []string{"E2B_API_KEY=" + k.Key, "E2B_API_URL=http://" + s.Addr}
+	if r := s.cli(t, runOpts{env: env}, "sandbox", "list"); r.code != 0 || strings.Contains(r.stdout, id) {
+		t.Errorf("the acme team lists the default team's sandbox: %s", r)
+	}
+	if r := s.cli(t, runOpts{env: env}, "sandbox", "kill", id); r.code == 0 {
+		t.Errorf("the acme team killed the default team's sandbox: %s", r)
+	}
+	r := s.cli(t, runOpts{}, "keys", "create", "--team", "Not A Team", "--data-dir", s.DataDir)
+	if r.code != 1 || !strings.Contains(r.stderr, "invalid team name") {
+		t.Errorf("create with a bad team: %s", r)
+	}
+}
