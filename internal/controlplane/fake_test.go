@@ -370,7 +370,13 @@ func wantError(t *testing.T, r response, status int) string {
 // create makes a sandbox through POST /v2/sandboxes and returns its ID.
 func (h *harness) create(body map[string]any) string {
 	h.t.Helper()
-	r := h.do("POST", "/v2/sandboxes", body)
+	return h.createAs(h.key, body)
+}
+
+// createAs is create with API key key.
+func (h *harness) createAs(key string, body map[string]any) string {
+	h.t.Helper()
+	r := h.doKey(key, "POST", "/v2/sandboxes", body)
 	if r.status != http.StatusCreated {
 		h.t.Fatalf("create: %d %s", r.status, r.body)
 	}

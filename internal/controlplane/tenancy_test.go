@@ -24,20 +24,6 @@ func (h *harness) teamKey(team string) string {
 	return key
 }
 
-// createAs creates a sandbox with key and returns its ID.
-func (h *harness) createAs(key string, body map[string]any) string {
-	h.t.Helper()
-	r := h.doKey(key, "POST", "/v2/sandboxes", body)
-	if r.status != http.StatusCreated {
-		h.t.Fatalf("create: %d %s", r.status, r.body)
-	}
-	var sb struct {
-		SandboxID string `json:"sandboxID"`
-	}
-	r.json(h.t, &sb)
-	return sb.SandboxID
-}
-
 // listIDs returns the IDs GET path lists for key.
 func (h *harness) listIDs(key, path string) []string {
 	h.t.Helper()
