@@ -80,7 +80,9 @@ func (s *Service) authenticate(next http.Handler) http.Handler {
 			writeError(w, http.StatusUnauthorized, "invalid API key")
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(withTeam(r.Context(), team)))
+		inner := r.WithContext(withTeam(r.Context(), team))
+		next.ServeHTTP(w, inner)
+		r.Pattern = inner.Pattern // the route the mux matched, for wrappers such as telemetry.InstrumentAPI
 	})
 }
 
