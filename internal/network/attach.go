@@ -13,16 +13,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// sandboxIfname is the name of the sandbox end of the veth pair inside its netns.
-const sandboxIfname = "eth0"
-
 // Attach gives sandbox id its network: it allocates a free address, creates the
-// named netns NetnsDir/Prefix+id, and a veth pair whose host end (derived from
-// id, <= 15 bytes) is an up, isolated port of the bridge and whose peer is eth0
-// in the netns with the address and a default route via the gateway (lo is up;
-// eth0 has no IPv6). The sandbox starts with internet access allowed. On error
-// nothing is left behind. Errors wrap ErrAlreadyAttached, ErrNoAddress or the
-// failing netlink/mount call.
+// named netns NetnsDir/Prefix+id and a veth pair whose host end (derived from
+// id, <= 15 bytes) becomes the sandbox's routed host link and whose peer is
+// eth0 in the netns (see the package doc for both ends), and adds the link to
+// the firewall's sets. The sandbox starts with internet access allowed. On
+// error nothing is left behind. Errors wrap ErrAlreadyAttached, ErrNoAddress or
+// the failing netlink, sysctl, nf_tables or mount call.
 func (m *Manager) Attach(ctx context.Context, id string) (Attachment, error) {
 	if err := validID(id); err != nil {
 		return Attachment{}, err
@@ -76,9 +73,9 @@ func (m *Manager) attachment(id string, addr netip.Addr) Attachment {
 	return Attachment{NetnsPath: m.netnsPath(id), Addr: addr, Gateway: m.gateway, HostVeth: m.vethName(id)}
 }
 
-// build creates the netns and veth, configures both ends and makes sure addr
-// is not in the no-internet set (a previous holder may have left it there). On
-// error it removes what it created.
+// build creates the netns and veth, configures both ends and registers the
+// link in the firewall (clearing a no-internet mark a previous link of the same
+// name may have left). On error it removes what it created.
 func (m *Manager) build(id string, addr netip.Addr) (Attachment, error) {
 	att := m.attachment(id, addr)
 	ns, err := createNetns(att.NetnsPath)
@@ -86,13 +83,17 @@ func (m *Manager) build(id string, addr netip.Addr) (Attachment, error) {
 		return att, err
 	}
 	defer ns.close()
-	err = m.addHostVeth(id, att.HostVeth, ns.fd)
+	veth, err := m.addVeth(id, att.HostVeth, ns.fd)
+	var peer net.HardwareAddr
 	if err == nil {
-		err = m.configureSandbox(ns.nl, addr)
+		peer, err = m.configureSandboxEnd(ns.nl, addr, gatewayMAC(m.cfg.Bridge))
+	}
+	if err == nil {
+		err = m.configureHostEnd(veth, addr, peer)
 	}
 	if err == nil {
 		m.mu.Lock()
-		err = m.setInternet(addr, true)
+		err = m.register(att.HostVeth, addr, true)
 		m.mu.Unlock()
 	}
 	if err != nil {
@@ -101,69 +102,9 @@ func (m *Manager) build(id string, addr netip.Addr) (Attachment, error) {
 	return att, nil
 }
 
-// addHostVeth creates the veth pair with its peer (eth0) directly in the netns
-// nsfd, enslaves the host end to the bridge, isolates the port and brings it up.
-func (m *Manager) addHostVeth(id, name string, nsfd int) error {
-	br, err := m.host.LinkByName(m.cfg.Bridge)
-	if err != nil {
-		return fmt.Errorf("look up bridge %s (Setup not run?): %w", m.cfg.Bridge, err)
-	}
-	attrs := netlink.NewLinkAttrs()
-	attrs.Name = name
-	attrs.MTU = br.Attrs().MTU
-	veth := &netlink.Veth{LinkAttrs: attrs, PeerName: sandboxIfname, PeerNamespace: netlink.NsFd(nsfd)}
-	if err := m.host.LinkAdd(veth); err != nil {
-		return fmt.Errorf("create veth %s: %w", name, err)
-	}
-	// The kernel ignores IFLA_IFALIAS on creation; the alias marks the veth as
-	// ours (Prefix and id) for Sweep.
-	if err := m.host.LinkSetAlias(veth, m.aliasPrefix()+id); err != nil {
-		return fmt.Errorf("set alias of veth %s: %w", name, err)
-	}
-	if err := m.host.LinkSetMaster(veth, br); err != nil {
-		return fmt.Errorf("attach veth %s to bridge %s: %w", name, m.cfg.Bridge, err)
-	}
-	if err := m.host.LinkSetIsolated(veth, true); err != nil {
-		return fmt.Errorf("isolate bridge port %s: %w", name, err)
-	}
-	if err := m.host.LinkSetUp(veth); err != nil {
-		return fmt.Errorf("bring up veth %s: %w", name, err)
-	}
-	return nil
-}
-
-// configureSandbox brings lo and eth0 up inside the netns, assigns addr and
-// adds the default route via the gateway.
-func (m *Manager) configureSandbox(h *netlink.Handle, addr netip.Addr) error {
-	lo, err := h.LinkByName("lo")
-	if err == nil {
-		err = h.LinkSetUp(lo)
-	}
-	if err != nil {
-		return fmt.Errorf("bring up lo in netns: %w", err)
-	}
-	eth, err := h.LinkByName(sandboxIfname)
-	if err != nil {
-		return fmt.Errorf("find %s in netns: %w", sandboxIfname, err)
-	}
-	ipnet := &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(m.cfg.Subnet.Bits(), 32)}
-	if err := h.AddrAdd(eth, &netlink.Addr{IPNet: ipnet}); err != nil {
-		return fmt.Errorf("assign %s to %s: %w", addr, sandboxIfname, err)
-	}
-	if err := h.LinkSetUp(eth); err != nil {
-		return fmt.Errorf("bring up %s: %w", sandboxIfname, err)
-	}
-	route := &netlink.Route{LinkIndex: eth.Attrs().Index, Gw: m.gateway.AsSlice()}
-	if err := h.RouteAdd(route); err != nil {
-		return fmt.Errorf("add default route via %s: %w", m.gateway, err)
-	}
-	return nil
-}
-
-// cleanup removes the veth, the netns file and the set membership of id (addr
-// may be invalid when unknown).
-// Missing pieces are not errors; the first real failure is returned after
-// every step was tried.
+// cleanup removes the veth, the netns file and the firewall set elements of
+// id (addr may be invalid when unknown). Missing pieces are not errors; the
+// first real failure is returned after every step was tried.
 func (m *Manager) cleanup(id string, addr netip.Addr) error {
 	var errs []error
 	if err := m.deleteVeth(m.vethName(id)); err != nil {
@@ -172,13 +113,11 @@ func (m *Manager) cleanup(id string, addr netip.Addr) error {
 	if err := removeNetns(m.netnsPath(id)); err != nil {
 		errs = append(errs, err)
 	}
-	if addr.IsValid() {
-		m.mu.Lock()
-		err := m.setInternet(addr, true)
-		m.mu.Unlock()
-		if err != nil && !errors.Is(err, unix.ENOENT) { // ENOENT: table already torn down
-			errs = append(errs, err)
-		}
+	m.mu.Lock()
+	err := m.unregister(m.vethName(id), addr)
+	m.mu.Unlock()
+	if err != nil && !errors.Is(err, unix.ENOENT) { // ENOENT: table already torn down
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -198,8 +137,8 @@ func (m *Manager) deleteVeth(name string) error {
 	return nil
 }
 
-// Detach removes sandbox id's veth, netns file and no-internet set membership
-// and releases its address. Unknown ids and missing pieces are not errors
+// Detach removes sandbox id's veth, netns file and firewall set elements and
+// releases its address. Unknown ids and missing pieces are not errors
 // (idempotent); it still removes a leftover veth or netns file named for id.
 // Processes still inside the netns keep it alive but lose their link.
 func (m *Manager) Detach(ctx context.Context, id string) error {
@@ -244,8 +183,8 @@ func (m *Manager) Get(id string) (Attachment, bool) {
 }
 
 // SetInternetAccess allows or blocks traffic that sandbox id sends through the
-// host to other networks (the nftables set "noinet"); sandbox <-> host and
-// sandbox <-> sandbox traffic is blocked either way. Idempotent. Errors wrap
+// host to other networks (its host link in the nftables set "noinet"); sandbox
+// <-> host and sandbox <-> sandbox traffic is blocked either way. Idempotent. Errors wrap
 // ErrNotAttached or the nf_tables failure.
 func (m *Manager) SetInternetAccess(ctx context.Context, id string, allowed bool) error {
 	if err := ctx.Err(); err != nil {
@@ -257,7 +196,7 @@ func (m *Manager) SetInternetAccess(ctx context.Context, id string, allowed bool
 	if !ok || !s.ready {
 		return fmt.Errorf("set internet access of %s: %w", id, ErrNotAttached)
 	}
-	if err := m.setInternet(s.addr, allowed); err != nil {
+	if err := m.setInternet(m.vethName(id), allowed); err != nil {
 		return err
 	}
 	m.log.Debug("internet access", "id", id, "addr", s.addr, "allowed", allowed)
@@ -265,9 +204,12 @@ func (m *Manager) SetInternetAccess(ctx context.Context, id string, allowed bool
 }
 
 // Adopt re-registers sandbox id with address addr after a server restart: the
-// netns file NetnsDir/Prefix+id must be a mounted netns and the host veth must
-// exist; the veth is re-enslaved to the bridge (isolated, up) in case the
-// bridge was recreated. Its no-internet set membership is kept as found.
+// netns file NetnsDir/Prefix+id must be a mounted netns and the host link must
+// exist. The host end is configured again (a port of an older server's bridge
+// is released and routed), the netns gets the permanent gateway neighbour for
+// the link's MAC, and the link's firewall set elements are restored; its
+// no-internet mark is kept as found. Addresses and routes inside the netns are
+// left alone: a running gVisor sandbox keeps them in its own network stack.
 // Adopting the same id with the same address again is a no-op. Errors wrap
 // ErrAlreadyAttached for conflicting ids or addresses.
 func (m *Manager) Adopt(id string, addr netip.Addr) error {
@@ -277,44 +219,92 @@ func (m *Manager) Adopt(id string, addr netip.Addr) error {
 	if err := isNetns(m.netnsPath(id)); err != nil {
 		return fmt.Errorf("adopt %s: %w", id, err)
 	}
-	if err := m.reattachVeth(id); err != nil {
-		return fmt.Errorf("adopt %s: %w", id, err)
-	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if s, ok := m.sbx[id]; ok {
+		m.mu.Unlock()
 		if s.addr == addr && s.ready {
 			return nil
 		}
 		return fmt.Errorf("adopt %s at %s: %w (as %s)", id, addr, ErrAlreadyAttached, s.addr)
 	}
 	if !m.alloc.claim(id, addr) {
+		m.mu.Unlock()
 		return fmt.Errorf("adopt %s: address %s not assignable in %s or in use: %w", id, addr, m.cfg.Subnet, ErrAlreadyAttached)
 	}
-	m.sbx[id] = &sandbox{addr: addr, ready: true}
+	m.sbx[id] = &sandbox{addr: addr}
+	m.mu.Unlock()
+	if err := m.readopt(id, addr); err != nil {
+		m.forget(id, addr)
+		return fmt.Errorf("adopt %s: %w", id, err)
+	}
+	m.mu.Lock()
+	m.sbx[id].ready = true
+	m.mu.Unlock()
 	m.log.Debug("adopted", "id", id, "addr", addr)
 	return nil
 }
 
-func (m *Manager) reattachVeth(id string) error {
+// readopt configures the host end of id's existing link, the gateway
+// neighbour in its netns and its firewall set elements.
+func (m *Manager) readopt(id string, addr netip.Addr) error {
 	name := m.vethName(id)
 	link, err := m.host.LinkByName(name)
 	if err != nil {
 		return fmt.Errorf("host veth %s: %w", name, err)
 	}
-	br, err := m.host.LinkByName(m.cfg.Bridge)
+	h, err := nsHandle(m.netnsPath(id))
 	if err != nil {
-		return fmt.Errorf("look up bridge %s: %w", m.cfg.Bridge, err)
+		return err
 	}
-	if link.Attrs().MasterIndex != br.Attrs().Index {
-		if err := m.host.LinkSetMaster(link, br); err != nil {
-			return fmt.Errorf("attach veth %s to bridge: %w", name, err)
-		}
+	defer h.Close()
+	eth, err := h.LinkByName(sandboxIfname)
+	if err != nil {
+		return fmt.Errorf("find %s in netns: %w", sandboxIfname, err)
 	}
-	if err := m.host.LinkSetIsolated(link, true); err != nil {
-		return fmt.Errorf("isolate bridge port %s: %w", name, err)
+	if err := m.configureHostEnd(link, addr, eth.Attrs().HardwareAddr); err != nil {
+		return err
 	}
-	return m.host.LinkSetUp(link)
+	gw := permanentNeigh(eth.Attrs().Index, m.gateway, link.Attrs().HardwareAddr)
+	if err := h.NeighSet(gw); err != nil {
+		return fmt.Errorf("gateway neighbour in netns: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.register(name, addr, false)
+}
+
+// Restore configures sandbox id's netns again before its container starts
+// anew (a filesystem resume, a checkpoint restore): gVisor's netstack takes
+// eth0's address and routes out of the netns when it starts (and the kernel
+// then drops eth0's neighbour entries), so they are put back; present settings
+// are kept, the host end is checked too. Errors wrap ErrNotAttached, or name the
+// netns or link that is missing (the caller may then rebuild with Detach and
+// Attach).
+func (m *Manager) Restore(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	att, ok := m.Get(id)
+	if !ok {
+		return fmt.Errorf("restore network of %s: %w", id, ErrNotAttached)
+	}
+	link, err := m.host.LinkByName(att.HostVeth)
+	if err != nil {
+		return fmt.Errorf("restore network of %s: host veth %s: %w", id, att.HostVeth, err)
+	}
+	h, err := nsHandle(att.NetnsPath)
+	if err != nil {
+		return fmt.Errorf("restore network of %s: %w", id, err)
+	}
+	defer h.Close()
+	peer, err := m.configureSandboxEnd(h, att.Addr, link.Attrs().HardwareAddr)
+	if err == nil {
+		err = m.configureHostEnd(link, att.Addr, peer)
+	}
+	if err != nil {
+		return fmt.Errorf("restore network of %s: %w", id, err)
+	}
+	return nil
 }
 
 // Addr reads the IPv4 address of eth0 inside the existing netns of id, for
@@ -343,7 +333,7 @@ func (m *Manager) Addr(id string) (netip.Addr, error) {
 // Sweep removes leaked sandbox networks on start-up: every netns file in
 // NetnsDir starting with Prefix, every host veth carrying this Manager's alias
 // and every attachment the Manager tracks whose id is not in keep is detached;
-// then no-internet set members not allocated to a kept sandbox are removed.
+// then firewall set elements of links no attached sandbox holds are removed.
 // Call it after Adopt-ing the survivors. Errors of single removals are joined.
 func (m *Manager) Sweep(ctx context.Context, keep map[string]bool) error {
 	stale, err := m.staleIDs(keep)
@@ -361,7 +351,7 @@ func (m *Manager) Sweep(ctx context.Context, keep map[string]bool) error {
 		}
 	}
 	m.mu.Lock()
-	err = m.pruneNoInternet()
+	err = m.pruneSets()
 	m.mu.Unlock()
 	return errors.Join(append(errs, err)...)
 }

@@ -1,6 +1,7 @@
 package network
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -12,7 +13,9 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -257,10 +260,6 @@ func (u uplink) routeVia(tb testing.TB, p netip.Prefix) {
 	must(tb, h.RouteAdd(&netlink.Route{Dst: ipnet(p.Addr(), p.Bits()), Gw: u.hostAddr.AsSlice()}))
 }
 
-func ipnet(a netip.Addr, bits int) *net.IPNet {
-	return &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, 32)}
-}
-
 func must(tb testing.TB, err error) {
 	tb.Helper()
 	if err != nil {
@@ -269,3 +268,58 @@ func must(tb testing.TB, err error) {
 }
 
 func isRefused(err error) bool { return errors.Is(err, unix.ECONNREFUSED) }
+
+// readSysctl returns the trimmed value of /proc/sys/net/<rel> in the test's netns.
+func readSysctl(tb testing.TB, rel string) string {
+	tb.Helper()
+	b, err := os.ReadFile(filepath.Join(procNet, rel))
+	must(tb, err)
+	return strings.TrimSpace(string(b))
+}
+
+// readSysctlIn is readSysctl inside the netns at path.
+func readSysctlIn(tb testing.TB, path, rel string) string {
+	tb.Helper()
+	var v string
+	must(tb, inNetns(path, func() error {
+		b, err := os.ReadFile(filepath.Join(procNet, rel))
+		v = strings.TrimSpace(string(b))
+		return err
+	}))
+	return v
+}
+
+// assertNeigh checks that list holds a permanent entry ip -> mac.
+func assertNeigh(tb testing.TB, where string, list func() ([]netlink.Neigh, error), ip netip.Addr, mac net.HardwareAddr) {
+	tb.Helper()
+	ns, err := list()
+	must(tb, err)
+	for _, n := range ns {
+		if n.IP.Equal(ip.AsSlice()) && n.State == netlink.NUD_PERMANENT && bytes.Equal(n.HardwareAddr, mac) {
+			return
+		}
+	}
+	tb.Errorf("%s: no permanent neighbour %s -> %s in %v", where, ip, mac, ns)
+}
+
+// assertRoute checks that list holds a route to dst (invalid = default) with
+// gateway gw and preferred source src (either invalid = none).
+func assertRoute(tb testing.TB, where string, list func() ([]netlink.Route, error), dst netip.Prefix, gw, src netip.Addr) {
+	tb.Helper()
+	rs, err := list()
+	must(tb, err)
+	for _, r := range rs {
+		isDst := (r.Dst == nil || r.Dst.String() == "0.0.0.0/0") && !dst.IsValid() || r.Dst != nil && r.Dst.String() == dst.String()
+		if isDst && ipEq(r.Gw, gw) && ipEq(r.Src, src) {
+			return
+		}
+	}
+	tb.Errorf("%s: no route to %v via %v src %v in %v", where, dst, gw, src, rs)
+}
+
+func ipEq(ip net.IP, a netip.Addr) bool {
+	if !a.IsValid() {
+		return len(ip) == 0
+	}
+	return ip.Equal(a.AsSlice())
+}

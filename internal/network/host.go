@@ -9,17 +9,16 @@ import (
 	"os"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netlink/nl"
-	"golang.org/x/sys/unix"
 )
 
 const ipForwardPath = "/proc/sys/net/ipv4/ip_forward"
 
 // Setup prepares the host idempotently: the bridge exists with a fixed MAC and
-// the gateway address (first host address of Subnet), is up and passes bridged
-// IPv4/IPv6 to nftables (per-bridge nf_call_iptables; a failure there is only
-// logged); net.ipv4.ip_forward is 1; the nftables table is (re)built atomically,
-// keeping the members of its no-internet set; NetnsDir is a shared mount point.
+// the gateway address (first host address of Subnet, with the subnet's prefix)
+// and is up (it never gets ports: sandboxes are routed, see the package doc);
+// net.ipv4.ip_forward is 1; the nftables table is (re)built atomically, keeping
+// the members of its sets, so running sandboxes keep their firewall across a
+// restart; NetnsDir is a shared mount point.
 // Call it before Attach, Adopt and SetInternetAccess, on every server start.
 // Errors name the step that failed.
 func (m *Manager) Setup(ctx context.Context) error {
@@ -31,9 +30,6 @@ func (m *Manager) Setup(ctx context.Context) error {
 	}
 	if err := enableForwarding(); err != nil {
 		return err
-	}
-	if err := m.bridgeNFCall(); err != nil {
-		m.log.Warn("cannot make bridged traffic pass nftables; sandbox isolation relies on isolated bridge ports only", "err", err)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -65,7 +61,7 @@ func (m *Manager) ensureBridge() error {
 	switch {
 	case errors.As(err, &notFound):
 		br = &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{
-			Name: m.cfg.Bridge, HardwareAddr: bridgeMAC(m.cfg.Bridge), TxQLen: -1}}
+			Name: m.cfg.Bridge, HardwareAddr: gatewayMAC(m.cfg.Bridge), TxQLen: -1}}
 		if err := m.host.LinkAdd(br); err != nil {
 			return fmt.Errorf("create bridge %s: %w", m.cfg.Bridge, err)
 		}
@@ -83,30 +79,6 @@ func (m *Manager) ensureBridge() error {
 	}
 	if err := m.host.LinkSetUp(br); err != nil {
 		return fmt.Errorf("bring up bridge %s: %w", m.cfg.Bridge, err)
-	}
-	return nil
-}
-
-// bridgeNFCall sets the bridge's own nf_call_iptables/ip6tables options
-// (IFLA_BR_NF_CALL_*, rtnetlink) so bridged sandbox-to-sandbox packets traverse
-// the inet forward chain even when the global bridge-nf-call-* sysctls are 0.
-func (m *Manager) bridgeNFCall() error {
-	br, err := m.host.LinkByName(m.cfg.Bridge)
-	if err != nil {
-		return fmt.Errorf("look up bridge %s: %w", m.cfg.Bridge, err)
-	}
-	req := nl.NewNetlinkRequest(unix.RTM_NEWLINK, unix.NLM_F_ACK)
-	msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
-	msg.Index = int32(br.Attrs().Index)
-	req.AddData(msg)
-	info := nl.NewRtAttr(unix.IFLA_LINKINFO, nil)
-	info.AddRtAttr(nl.IFLA_INFO_KIND, nl.NonZeroTerminated("bridge"))
-	data := info.AddRtAttr(nl.IFLA_INFO_DATA, nil)
-	data.AddRtAttr(unix.IFLA_BR_NF_CALL_IPTABLES, []byte{1})
-	data.AddRtAttr(unix.IFLA_BR_NF_CALL_IP6TABLES, []byte{1})
-	req.AddData(info)
-	if _, err := req.Execute(unix.NETLINK_ROUTE, 0); err != nil {
-		return fmt.Errorf("set nf_call_iptables on bridge %s: %w", m.cfg.Bridge, err)
 	}
 	return nil
 }

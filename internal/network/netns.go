@@ -58,9 +58,9 @@ func (n newNetns) close() {
 }
 
 // createNetns creates a network namespace, bind-mounts it at path (which must
-// not exist) and returns an fd and an rtnetlink handle for it. IPv6 is disabled
-// by default in the new netns so interfaces added later (eth0) get no IPv6
-// link-local address; lo keeps ::1. The work runs on a dedicated, locked OS
+// not exist) and returns an fd and an rtnetlink handle for it. The new netns
+// gets sandboxNetnsSysctls (no IPv6 on interfaces added later, such as eth0;
+// ICMP datagram sockets for every gid). The work runs on a dedicated, locked OS
 // thread that exits afterwards (its netns no longer matches the process's).
 func createNetns(path string) (newNetns, error) {
 	type result struct {
@@ -82,9 +82,8 @@ func unshareAndMount(path string) (newNetns, error) {
 	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 		return ns, fmt.Errorf("unshare netns: %w", err)
 	}
-	err := os.WriteFile("/proc/sys/net/ipv6/conf/default/disable_ipv6", []byte("1"), 0)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return ns, fmt.Errorf("disable ipv6 in new netns: %w", err)
+	if err := writeSysctls(sandboxNetnsSysctls, ""); err != nil {
+		return ns, fmt.Errorf("new netns: %w", err)
 	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
 	if err != nil {

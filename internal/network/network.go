@@ -1,12 +1,46 @@
-// Package network gives every sandbox its own network namespace on a host bridge:
-// a named netns bind-mounted under a directory (as ip-netns(8) does), a veth pair
-// whose host end is an isolated bridge port and whose peer is the sandbox's eth0,
-// an IPv4 address from a subnet whose first host address is the gateway on the
-// bridge, and one nftables table that isolates sandboxes from each other and from
-// host services, optionally cuts their internet access and masquerades their egress.
+// Package network gives every sandbox its own network namespace joined to the
+// host by a routed point-to-point link, with no layer-2 segment shared between
+// sandboxes or trusted by the host:
 //
-// Everything is done through netlink (rtnetlink and nf_tables) and mount(2); no
-// external tools are run. Facts: /work/shared/research/isolation.md §4.
+//   - a named netns bind-mounted under a directory (as ip-netns(8) does);
+//   - a veth pair whose host end is a standalone link (no bridge port) and whose
+//     peer is the sandbox's eth0. eth0 holds the sandbox's address as a /32 with
+//     a link route to the gateway, a default route via it and a permanent
+//     neighbour entry for it; IPv6 is disabled before eth0 exists, and
+//     net.ipv4.ping_group_range lets every uid open ICMP datagram sockets (ping
+//     without CAP_NET_RAW);
+//   - on the host end: IFF_NOARP (the kernel drops every ARP frame arriving on
+//     it), IPv6 disabled, strict reverse-path filtering, no ICMP redirects, a
+//     permanent neighbour entry for the sandbox's eth0 and the route to the
+//     sandbox's /32 with the gateway address as source. The host reaches each
+//     sandbox only over that sandbox's own link, so nothing one sandbox sends
+//     (forged ARP, forged addresses) can change where the host sends another
+//     sandbox's traffic;
+//   - one nftables table (family inet) that drops what a sandbox link carries
+//     with a source other than its own address (sets keyed by interface), IPv6
+//     and anything sent onto a link for another address; isolates sandboxes from
+//     each other and from host services; cuts internet access per sandbox
+//     interface; and masquerades egress that came in on a sandbox interface.
+//
+// This is the layout of routed container networks (Calico's, for one): without
+// a bridge there is no broadcast domain to poison and no neighbour table shared
+// by sandboxes, and every decision keys on the interface a packet came in on,
+// which a process inside a sandbox cannot forge, rather than on addresses it can.
+//
+// Config.Bridge keeps its name for compatibility (serve's --bridge): it names a
+// host bridge that never has ports and only holds the gateway address (the first
+// host address of the subnet, with the subnet's prefix, so the subnet routes
+// there and never leaks to the host's default route); it also names the nftables
+// table and, through the server's Prefix, starts the netns and host link names.
+// A bridge of an older server (sandboxes as bridge ports) is taken over: Adopt
+// releases each surviving port and makes it a routed link.
+//
+// Host-to-sandbox connections are pinned to the sandbox's host link with
+// SO_BINDTODEVICE (package internal/linkdial), so a stale address cannot lead
+// them to another sandbox.
+//
+// Everything is done through netlink (rtnetlink and nf_tables), mount(2) and
+// /proc/sys writes for per-interface settings; no external tools are run.
 package network
 
 import (
@@ -52,10 +86,12 @@ var ErrNoAddress = errors.New("no free address in sandbox subnet")
 // prefixes of each other, because Sweep treats every NetnsDir entry starting
 // with Prefix as its own.
 type Config struct {
-	// Bridge is the host bridge name (<= 15 bytes), default "cubby0".
+	// Bridge is the name (<= 15 bytes) of the portless host bridge holding the
+	// gateway address, default "cubby0".
 	Bridge string
 	// Subnet is the IPv4 sandbox subnet, /8 to /30, default 10.77.0.0/16. Its first
-	// host address is the gateway, assigned to the bridge.
+	// host address is the gateway, assigned to the bridge; every sandbox gets one
+	// other host address of it, routed as a /32 over its own host link.
 	Subnet netip.Prefix
 	// Table is the nftables table name (family inet), default "cubby_"+Bridge.
 	Table string
@@ -72,11 +108,12 @@ type Attachment struct {
 	// NetnsPath is the bind-mounted netns file (NetnsDir/Prefix+id), suitable for an
 	// OCI runtime spec "network" namespace path (OCI runtime spec, linux.namespaces).
 	NetnsPath string
-	// Addr is the sandbox's address on eth0 (prefix length = Config.Subnet.Bits()).
+	// Addr is the sandbox's address, a /32 on eth0.
 	Addr netip.Addr
-	// Gateway is the bridge address, the sandbox's default route.
+	// Gateway is the gateway address (on the bridge), the sandbox's default route.
 	Gateway netip.Addr
-	// HostVeth is the host end of the veth pair (<= 15 bytes), a port of the bridge.
+	// HostVeth is the host end of the veth pair (<= 15 bytes): a standalone link
+	// carrying only this sandbox's traffic. Host-to-sandbox connections bind to it.
 	HostVeth string
 }
 
@@ -90,8 +127,8 @@ type Manager struct {
 	mu      sync.Mutex // guards sbx, alloc, noinet and nft set updates
 	sbx     map[string]*sandbox
 	alloc   *allocator
-	noinet  map[netip.Addr]bool // mirror of the nft set; nil = unknown (before Setup)
-	dirDone bool                // NetnsDir prepared as a shared mount point
+	noinet  map[string]bool // mirror of the nft set "noinet" (host link names); nil = unknown (before Setup)
+	dirDone bool            // NetnsDir prepared as a shared mount point
 }
 
 // sandbox is the Manager's record of one id; ready is false while Attach runs
@@ -136,8 +173,12 @@ func (m *Manager) Close() error {
 // Config returns the effective configuration (defaults applied).
 func (m *Manager) Config() Config { return m.cfg }
 
-// Gateway returns the bridge address, the first host address of the subnet.
+// Gateway returns the gateway address, the first host address of the subnet.
 func (m *Manager) Gateway() netip.Addr { return m.gateway }
+
+// HostVeth returns the name of sandbox id's host link (whether or not it
+// exists): the interface host-to-sandbox connections must be bound to.
+func (m *Manager) HostVeth(id string) string { return m.vethName(id) }
 
 func normalize(cfg Config) (Config, error) {
 	if cfg.Bridge == "" {
@@ -226,10 +267,11 @@ func (m *Manager) vethName(id string) string {
 // the id follows it.
 func (m *Manager) aliasPrefix() string { return "cubby:" + m.cfg.Prefix + "/" }
 
-// bridgeMAC derives a stable, locally administered unicast MAC for the bridge so
-// its address never follows its ports (a changing gateway MAC would leave stale
-// ARP entries in sandboxes).
-func bridgeMAC(name string) net.HardwareAddr {
+// gatewayMAC derives a stable, locally administered unicast MAC from the bridge
+// name. The bridge and every host link of its sandboxes carry it: each host link
+// is its own layer-2 segment, so they may share it, and sandboxes adopted from a
+// server that bridged them keep a valid gateway neighbour entry.
+func gatewayMAC(name string) net.HardwareAddr {
 	sum := sha256.Sum256([]byte("cubby-bridge/" + name))
 	mac := net.HardwareAddr(sum[:6])
 	mac[0] = mac[0]&0xfe | 0x02

@@ -1,7 +1,9 @@
 package network
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"errors"
 	"net/netip"
 	"os"
@@ -12,11 +14,6 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
-
-// blockedWait bounds dials that are expected to fail without an answer
-// (isolated bridge ports give no ARP reply). Failure to connect, not timing,
-// is asserted.
-const blockedWait = 1500 * time.Millisecond
 
 func TestAttachConfiguresBothEnds(t *testing.T) {
 	m := newTestManager(t)
@@ -29,50 +26,51 @@ func TestAttachConfiguresBothEnds(t *testing.T) {
 	if err := isNetns(a.NetnsPath); err != nil {
 		t.Fatal(err)
 	}
-	if len(a.HostVeth) > 15 {
-		t.Fatalf("host veth name %q too long", a.HostVeth)
+	if len(a.HostVeth) > 15 || a.HostVeth != m.HostVeth("sa") {
+		t.Fatalf("host veth name %q (HostVeth %q)", a.HostVeth, m.HostVeth("sa"))
 	}
 	veth, err := netlink.LinkByName(a.HostVeth)
 	must(t, err)
-	br, err := netlink.LinkByName(m.cfg.Bridge)
-	must(t, err)
-	if veth.Attrs().MasterIndex != br.Attrs().Index || veth.Attrs().Flags&unix.IFF_UP == 0 {
-		t.Fatalf("veth %s: master %d (bridge %d), flags %v", a.HostVeth, veth.Attrs().MasterIndex, br.Attrs().Index, veth.Attrs().Flags)
+	if veth.Attrs().MasterIndex != 0 || veth.Attrs().RawFlags&unix.IFF_UP == 0 || veth.Attrs().RawFlags&unix.IFF_NOARP == 0 {
+		t.Fatalf("host veth %s: master %d, flags %#x; want a standalone up NOARP link", a.HostVeth, veth.Attrs().MasterIndex, veth.Attrs().RawFlags)
 	}
 	if veth.Attrs().Alias != m.aliasPrefix()+"sa" {
 		t.Fatalf("veth alias %q", veth.Attrs().Alias)
 	}
-	pi, err := netlink.LinkGetProtinfo(veth)
-	must(t, err)
-	if !pi.Isolated {
-		t.Fatalf("bridge port %s not isolated: %s", a.HostVeth, pi.String())
+	for _, sc := range hostLinkSysctls {
+		if got := readSysctl(t, fmt.Sprintf(sc.Path, a.HostVeth)); got != sc.Value {
+			t.Errorf("%s on %s = %q, want %q", sc.Path, a.HostVeth, got, sc.Value)
+		}
 	}
-
+	if v6, _ := netlink.AddrList(veth, netlink.FAMILY_V6); len(v6) != 0 {
+		t.Errorf("host veth has IPv6 addresses %v", v6)
+	}
 	h, err := nsHandle(a.NetnsPath)
 	must(t, err)
 	defer h.Close()
 	eth, err := h.LinkByName("eth0")
 	must(t, err)
+	assertNeigh(t, "host", func() ([]netlink.Neigh, error) { return netlink.NeighList(veth.Attrs().Index, netlink.FAMILY_V4) }, a.Addr, eth.Attrs().HardwareAddr)
+	assertNeigh(t, "sandbox", func() ([]netlink.Neigh, error) { return h.NeighList(eth.Attrs().Index, netlink.FAMILY_V4) }, a.Gateway, veth.Attrs().HardwareAddr)
+	assertRoute(t, "host", func() ([]netlink.Route, error) { return netlink.RouteList(veth, netlink.FAMILY_V4) }, netip.PrefixFrom(a.Addr, 32), netip.Addr{}, a.Gateway)
 	v4, err := h.AddrList(eth, netlink.FAMILY_V4)
 	must(t, err)
-	if len(v4) != 1 || v4[0].IP.String() != a.Addr.String() {
-		t.Fatalf("eth0 IPv4 addresses %v, want %s", v4, a.Addr)
+	if len(v4) != 1 || v4[0].IPNet.String() != netip.PrefixFrom(a.Addr, 32).String() {
+		t.Fatalf("eth0 IPv4 addresses %v, want %s/32", v4, a.Addr)
 	}
 	if v6, _ := h.AddrList(eth, netlink.FAMILY_V6); len(v6) != 0 {
 		t.Fatalf("eth0 has IPv6 addresses %v, want none", v6)
 	}
-	routes, err := h.RouteList(nil, netlink.FAMILY_V4)
-	must(t, err)
-	var def bool
-	for _, r := range routes {
-		isDefault := r.Dst == nil || r.Dst.String() == "0.0.0.0/0"
-		if isDefault && r.Gw.String() == a.Gateway.String() {
-			def = true
-		}
+	routes := func() ([]netlink.Route, error) { return h.RouteList(eth, netlink.FAMILY_V4) }
+	assertRoute(t, "sandbox", routes, netip.PrefixFrom(a.Gateway, 32), netip.Addr{}, netip.Addr{})
+	assertRoute(t, "sandbox", routes, netip.Prefix{}, a.Gateway, netip.Addr{})
+	if got := readSysctlIn(t, a.NetnsPath, "ipv4/ping_group_range"); got != "0\t2147483647" {
+		t.Errorf("ping_group_range in netns = %q", got)
 	}
-	if !def {
-		t.Fatalf("no default route via %s in %v", a.Gateway, routes)
+	if got := readSysctl(t, "ipv4/ping_group_range"); got == "0\t2147483647" {
+		t.Errorf("ping_group_range changed on the host")
 	}
+	assertRegistered(t, m, a, true)
 	if got, err := m.Addr("sa"); err != nil || got != a.Addr {
 		t.Fatalf("Addr = %v, %v; want %s", got, err, a.Addr)
 	}
@@ -105,23 +103,19 @@ func TestIsolation(t *testing.T) {
 			t.Fatalf("A -> host %s: %v, want connection refused by the input chain", srv, err)
 		}
 	})
-	t.Run("sandbox to sandbox blocked", func(t *testing.T) {
+	t.Run("sandbox to sandbox refused", func(t *testing.T) {
 		srv := serveEcho(t, b.NetnsPath, b.Addr)
 		if _, err := dialEcho("", srv, 5*time.Second); err != nil {
 			t.Fatalf("sanity: host -> B %s: %v", srv, err)
 		}
-		if _, err := dialEcho(a.NetnsPath, srv, blockedWait); err == nil {
-			t.Fatalf("A -> B %s connected through isolated bridge ports", srv)
+		if _, err := dialEcho(a.NetnsPath, srv, 5*time.Second); !isRefused(err) {
+			t.Fatalf("A -> B %s: %v, want refused by the forward chain", srv, err)
 		}
-		// Without port isolation, the nftables forward chain must still reject.
-		for _, name := range []string{a.HostVeth, b.HostVeth} {
-			l, err := netlink.LinkByName(name)
-			must(t, err)
-			must(t, netlink.LinkSetIsolated(l, false))
-		}
-		_, err := dialEcho(a.NetnsPath, srv, 5*time.Second)
-		if !isRefused(err) {
-			t.Fatalf("A -> B %s without port isolation: %v, want refused by the forward chain", srv, err)
+	})
+	t.Run("unallocated subnet address refused", func(t *testing.T) {
+		free := b.Addr.Next().Next()
+		if _, err := dialEcho(a.NetnsPath, netip.AddrPortFrom(free, 80), 5*time.Second); !isRefused(err) {
+			t.Fatalf("A -> %s: %v, want refused", free, err)
 		}
 	})
 }
@@ -138,8 +132,8 @@ func TestInternetAccess(t *testing.T) {
 
 	must(t, m.SetInternetAccess(ctx, "sa", false))
 	must(t, m.SetInternetAccess(ctx, "sa", false)) // idempotent
-	if got := noInetMembers(t, m); len(got) != 1 || got[0] != a.Addr {
-		t.Fatalf("noinet set = %v, want [%s]", got, a.Addr)
+	if got := noInetMembers(t, m); len(got) != 1 || got[0] != a.HostVeth {
+		t.Fatalf("noinet set = %v, want [%s]", got, a.HostVeth)
 	}
 	peer, err := dialEcho(b.NetnsPath, srv, 5*time.Second)
 	if err != nil {
@@ -183,6 +177,7 @@ func TestDetachLeavesNothing(t *testing.T) {
 	if got := noInetMembers(t, m); len(got) != 0 {
 		t.Fatalf("noinet set after Detach = %v", got)
 	}
+	assertRegistered(t, m, a, false)
 	must(t, m.Detach(ctx, "sa"))    // idempotent
 	must(t, m.Detach(ctx, "never")) // unknown
 	if _, ok := m.Get("sa"); ok {
@@ -193,7 +188,8 @@ func TestDetachLeavesNothing(t *testing.T) {
 func TestAttachFailureLeavesNothing(t *testing.T) {
 	requireRoot(t)
 	sfx := randSuffix(t)
-	// No Setup: the bridge does not exist, so Attach fails after creating the netns.
+	// No Setup: the gateway address does not exist (the host route's source is
+	// refused) nor does the table, so Attach fails after creating the netns and veth.
 	m := newManagerNoSetup(t, Config{Bridge: "cbt" + sfx, Subnet: freePrefix(t, 24), Table: "cubby_t" + sfx, Prefix: "cbt" + sfx + "-"})
 	_, err := m.Attach(context.Background(), "sa")
 	if err == nil {
@@ -239,8 +235,8 @@ func TestAdoptAndSweep(t *testing.T) {
 	}
 	must(t, m2.Sweep(ctx, map[string]bool{"sx": true, "sy": true}))
 	assertGone(t, m2, "sz", z)
-	if got := noInetMembers(t, m2); len(got) != 1 || got[0] != y.Addr {
-		t.Fatalf("noinet set after Sweep = %v, want [%s]", got, y.Addr)
+	if got := noInetMembers(t, m2); len(got) != 1 || got[0] != y.HostVeth {
+		t.Fatalf("noinet set after Sweep = %v, want [%s]", got, y.HostVeth)
 	}
 	for _, id := range []string{"sx", "sy"} {
 		att, ok := m2.Get(id)
@@ -288,20 +284,39 @@ func assertGone(t *testing.T, m *Manager, id string, a Attachment) {
 	}
 }
 
-func noInetMembers(t *testing.T, m *Manager) []netip.Addr {
+// noInetMembers lists the host links in m's no-internet set.
+func noInetMembers(t *testing.T, m *Manager) []string {
+	t.Helper()
+	var out []string
+	for _, e := range setElements(t, m, setNoInternet) {
+		out = append(out, keyIfname(e.Key))
+	}
+	return out
+}
+
+func setElements(t *testing.T, m *Manager, name string) []nftables.SetElement {
 	t.Helper()
 	c, err := nftables.New()
 	must(t, err)
-	set, err := c.GetSetByName(m.table(), setNoInternet)
+	set, err := c.GetSetByName(m.table(), name)
 	must(t, err)
 	elems, err := c.GetSetElements(set)
 	must(t, err)
-	var out []netip.Addr
-	for _, e := range elems {
-		a, _ := netip.AddrFromSlice(e.Key)
-		out = append(out, a)
+	return elems
+}
+
+// assertRegistered checks that a's link is (or is not) in the sets links and own.
+func assertRegistered(t *testing.T, m *Manager, a Attachment, want bool) {
+	t.Helper()
+	for set, key := range map[string][]byte{setLinks: ifnameKey(a.HostVeth), setOwn: ownKey(a.HostVeth, a.Addr)} {
+		found := false
+		for _, e := range setElements(t, m, set) {
+			found = found || bytes.Equal(e.Key, key)
+		}
+		if found != want {
+			t.Errorf("%s in nft set %s: %v, want %v", a.HostVeth, set, found, want)
+		}
 	}
-	return out
 }
 
 func TestConcurrentAttachDetach(t *testing.T) {
