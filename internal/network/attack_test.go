@@ -283,7 +283,9 @@ func TestForgedSourcesDoNotLeave(t *testing.T) {
 	b, err := m.Attach(ctx, "nbr")
 	must(t, err)
 	up := newUplink(t)
-	must(t, inNetns(up.path, func() error { return writeSysctls([]sysctl{{Path: "ipv4/conf/all/rp_filter", Value: "0"}, {Path: "ipv4/conf/up0/rp_filter", Value: "0"}}, "") }))
+	must(t, inNetns(up.path, func() error {
+		return writeSysctls([]sysctl{{Path: "ipv4/conf/all/rp_filter", Value: "0"}, {Path: "ipv4/conf/up0/rp_filter", Value: "0"}}, "")
+	}))
 	sink := newUDPSink(t, up.path, up.addr)
 	fd := rawIPSock(t, a.NetnsPath)
 	public := netip.MustParseAddr("198.51.100.7")

@@ -3,8 +3,8 @@ package network
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"testing"
