@@ -11,22 +11,30 @@ import (
 	"net/netip"
 	"strconv"
 	"time"
+
+	"github.com/cubby-dev/cubby/internal/linkdial"
 )
 
-// Client talks to one sandbox's agent from the host over the sandbox network.
+// Client talks to one sandbox's agent from the host over that sandbox's own
+// host link. Its requests (/health, /ready, /init with env vars and the access
+// token) are plain HTTP, so they are bound to the link: no other sandbox can
+// receive them (internal/network, internal/linkdial).
 type Client struct {
 	base  string
 	token string
 	http  *http.Client
 }
 
-// NewClient returns a client for the agent at addr:EnvdPort. token is the
-// sandbox's current access token ("" for unsecured or not yet initialised).
-func NewClient(addr netip.Addr, token string) *Client {
+// NewClient returns a client for the agent at addr:EnvdPort whose connections
+// are bound to the host interface hostIface (the sandbox's host link; "" =
+// unbound, for agents reached without one). token is the sandbox's current
+// access token ("" for unsecured or not yet initialised).
+func NewClient(addr netip.Addr, hostIface, token string) *Client {
+	d := linkdial.Dialer(nil, hostIface)
 	return &Client{
 		base:  "http://" + net.JoinHostPort(addr.String(), strconv.Itoa(EnvdPort)),
 		token: token,
-		http:  &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
+		http:  &http.Client{Transport: &http.Transport{DisableKeepAlives: true, DialContext: d.DialContext}},
 	}
 }
 

@@ -67,6 +67,10 @@ const (
 type Instance struct {
 	SandboxID string
 	Addr      netip.Addr // address the host reaches the sandbox's ports on
+	// HostIface is the host interface the sandbox is reached over (its own
+	// point-to-point link); every host connection to Addr must be bound to it
+	// (internal/linkdial). "" when the backend has no per-sandbox interface.
+	HostIface string
 	Runtime   string
 	Paused    bool
 	PauseMode PauseMode // "" while running

@@ -48,7 +48,7 @@ func newSandbox(r store.Sandbox, in backend.Instance, ticket *admission.Ticket, 
 		team:    recordTeam(r),
 		ticket:  ticket,
 		metrics: newRing(ringSize),
-		route: Route{Addr: in.Addr, Running: !in.Paused, AutoResume: r.Lifecycle.AutoResume,
+		route: Route{Addr: in.Addr, HostIface: in.HostIface, Running: !in.Paused, AutoResume: r.Lifecycle.AutoResume,
 			AccessToken: r.AccessToken, TrafficToken: r.TrafficToken},
 		endAt:           r.EndAt,
 		onTimeout:       r.Lifecycle.OnTimeout,
@@ -314,16 +314,16 @@ func (s *Service) resumeLocked(ctx context.Context, sb *sandbox, deadline time.T
 		}
 	}
 	s.mu.RLock()
-	addr := sb.route.Addr
+	addr, iface := sb.route.Addr, sb.route.HostIface
 	s.mu.RUnlock()
 	if in.Addr.IsValid() {
-		addr = in.Addr
+		addr, iface = in.Addr, in.HostIface
 	}
 	if err := s.store.MarkResumed(ctx, sb.id, addr, deadline); err != nil {
 		return fmt.Errorf("record resume of %s: %w", sb.id, err)
 	}
 	s.mu.Lock()
-	sb.route.Running, sb.route.Addr, sb.endAt, sb.pauseMode = true, addr, deadline, ""
+	sb.route.Running, sb.route.Addr, sb.route.HostIface, sb.endAt, sb.pauseMode = true, addr, iface, deadline, ""
 	s.armLocked(sb)
 	s.mu.Unlock()
 	s.log.Info("sandbox resumed", "sandbox", sb.id)

@@ -38,6 +38,7 @@ const (
 type Target struct {
 	ID           string     // sandbox ID, [a-z0-9]+
 	Addr         netip.Addr // address the host reaches the sandbox's ports on
+	HostIface    string     // host interface every upstream connection is bound to (SO_BINDTODEVICE); "" = unbound
 	Running      bool       // false while paused: requests get 502 (E2B wire §1.3)
 	AccessToken  string     // envdAccessToken; "" for unsecured sandboxes (E2B wire §3.7)
 	TrafficToken string     // trafficAccessToken; "" when public traffic is allowed (E2B wire §1.4)
@@ -157,7 +158,7 @@ func (g *Gateway) serveRoute(w http.ResponseWriter, r *http.Request, route Route
 	g.reg.add(route.SandboxID, cs)
 	defer g.reg.remove(route.SandboxID, cs)
 
-	pt := &proxyTarget{id: route.SandboxID, addr: t.Addr, port: route.Port, stream: cs}
+	pt := &proxyTarget{id: route.SandboxID, addr: t.Addr, iface: t.HostIface, port: route.Port, stream: cs}
 	out := r.WithContext(context.WithValue(ctx, proxyTargetKey{}, pt))
 	out.Header.Del(HeaderTrafficToken)
 	// The upstream transport reads the client's body while the response is relayed

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -367,5 +368,25 @@ func TestWithoutQuery(t *testing.T) {
 	plain := errors.New("dial tcp: refused")
 	if withoutQuery(plain) != plain {
 		t.Fatal("an error without a URL changed")
+	}
+}
+
+// TestUpstreamBoundToHostIface: upstream connections are bound to the target's
+// host interface; a target whose interface is gone is unreachable (502 not
+// found) rather than dialed over whatever route its address has.
+func TestUpstreamBoundToHostIface(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("SO_BINDTODEVICE needs CAP_NET_RAW on older kernels; run as root")
+	}
+	e := newEnv(t)
+	bound, gone := randomID(), randomID()
+	s := startSandbox(t, 0, echoHandler("L"))
+	e.cp.set(Target{ID: bound, Addr: s.addr, HostIface: "lo", Running: true})
+	e.cp.set(Target{ID: gone, Addr: s.addr, HostIface: "cbnolink0", Running: true})
+	if code, body, _ := do(t, e.client, e.request(t, http.MethodGet, "/x", bound, s.port, "")); code != http.StatusOK || !strings.HasPrefix(body, "sbx=L ") {
+		t.Fatalf("bound to lo: %d %q", code, body)
+	}
+	if code, body, _ := do(t, e.client, e.request(t, http.MethodGet, "/x", gone, s.port, "")); code != http.StatusBadGateway || body != notFoundBody(gone) {
+		t.Fatalf("bound to a missing link: %d %q, want 502 not found", code, body)
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cubby-dev/cubby/internal/linkdial"
 )
 
 // upstreamSuffix ends the synthetic host names used as upstream pool keys.
@@ -24,32 +26,47 @@ const upstreamSuffix = ".upstream.invalid"
 type proxyTarget struct {
 	id     string
 	addr   netip.Addr
+	iface  string // host interface the upstream connection is bound to
 	port   int
 	stream *clientStream
 }
 
 type proxyTargetKey struct{}
 
-// upstreamHost names the upstream as "<id>.<hex addr>.upstream.invalid:<port>", so the
-// Transport's keep-alive pool is keyed by sandbox and address: a connection is never
-// reused for another sandbox, even when an address is recycled. dialUpstream decodes it.
-func upstreamHost(id string, addr netip.Addr, port int) string {
-	return net.JoinHostPort(id+"."+hex.EncodeToString(addr.AsSlice())+upstreamSuffix, strconv.Itoa(port))
+// upstream is where one upstream connection goes: a sandbox's address and port,
+// reached over its host interface.
+type upstream struct {
+	id    string
+	ap    netip.AddrPort
+	iface string
 }
 
-func parseUpstreamHost(hostport string) (id string, ap netip.AddrPort, err error) {
+// upstreamHost names the upstream as "<id>.<hex addr>.<hex iface>.upstream.invalid:<port>"
+// (the interface may be empty), so the Transport's keep-alive pool is keyed by
+// sandbox, address and interface: a connection is never reused for another
+// sandbox, even when an address is recycled. dialUpstream decodes it.
+func upstreamHost(id string, addr netip.Addr, iface string, port int) string {
+	host := id + "." + hex.EncodeToString(addr.AsSlice()) + "." + hex.EncodeToString([]byte(iface)) + upstreamSuffix
+	return net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+func parseUpstreamHost(hostport string) (upstream, error) {
 	host, portText, err := net.SplitHostPort(hostport)
 	if err != nil {
-		return "", ap, fmt.Errorf("upstream address %q: %w", hostport, err)
+		return upstream{}, fmt.Errorf("upstream address %q: %w", hostport, err)
 	}
-	id, rest, _ := strings.Cut(strings.TrimSuffix(host, upstreamSuffix), ".")
-	raw, err := hex.DecodeString(rest)
+	parts := strings.Split(strings.TrimSuffix(host, upstreamSuffix), ".")
+	if len(parts) != 3 {
+		return upstream{}, fmt.Errorf("malformed upstream address %q", hostport)
+	}
+	raw, err := hex.DecodeString(parts[1])
+	iface, ierr := hex.DecodeString(parts[2])
 	addr, ok := netip.AddrFromSlice(raw)
 	port, pok := parsePort(portText)
-	if err != nil || !ok || !pok || !validID(id) {
-		return "", ap, fmt.Errorf("malformed upstream address %q", hostport)
+	if err != nil || ierr != nil || !ok || !pok || !validID(parts[0]) || len(iface) >= 16 {
+		return upstream{}, fmt.Errorf("malformed upstream address %q", hostport)
 	}
-	return id, netip.AddrPortFrom(addr, uint16(port)), nil
+	return upstream{id: parts[0], ap: netip.AddrPortFrom(addr, uint16(port)), iface: string(iface)}, nil
 }
 
 // rewrite points the outbound request at the sandbox, keeping the client's Host
@@ -57,7 +74,7 @@ func parseUpstreamHost(hostport string) (id string, ap netip.AddrPort, err error
 func rewrite(pr *httputil.ProxyRequest) {
 	pt := pr.In.Context().Value(proxyTargetKey{}).(*proxyTarget)
 	pr.Out.URL.Scheme = "http"
-	pr.Out.URL.Host = upstreamHost(pt.id, pt.addr, pt.port)
+	pr.Out.URL.Host = upstreamHost(pt.id, pt.addr, pt.iface, pt.port)
 	pr.Out.Host = pr.In.Host
 	pr.SetXForwarded()
 }
@@ -87,19 +104,20 @@ type dialError struct{ err error }
 func (e *dialError) Error() string { return e.err.Error() }
 func (e *dialError) Unwrap() error { return e.err }
 
-// dialUpstream connects to the sandbox named by a synthetic upstream host and
-// registers the connection under the sandbox until it is closed.
+// dialUpstream connects to the sandbox named by a synthetic upstream host,
+// bound to its host interface, and registers the connection under the sandbox
+// until it is closed.
 func (g *Gateway) dialUpstream(ctx context.Context, d *net.Dialer, network, addr string) (net.Conn, error) {
-	id, ap, err := parseUpstreamHost(addr)
+	up, err := parseUpstreamHost(addr)
 	if err != nil {
 		return nil, &dialError{err}
 	}
-	c, err := d.DialContext(ctx, network, ap.String())
+	c, err := linkdial.Dialer(d, up.iface).DialContext(ctx, network, up.ap.String())
 	if err != nil {
-		return nil, &dialError{fmt.Errorf("dial sandbox %s at %s: %w", id, ap, err)}
+		return nil, &dialError{fmt.Errorf("dial sandbox %s at %s: %w", up.id, up.ap, err)}
 	}
-	tc := &trackedConn{Conn: c, id: id, reg: g.reg}
-	g.reg.add(id, tc)
+	tc := &trackedConn{Conn: c, id: up.id, reg: g.reg}
+	g.reg.add(up.id, tc)
 	return tc, nil
 }
 

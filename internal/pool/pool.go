@@ -123,7 +123,7 @@ func New(cfg Config) *Pool {
 	}
 	if cfg.Ready == nil {
 		cfg.Ready = func(ctx context.Context, in backend.Instance) error {
-			return agentapi.NewClient(in.Addr, "").WaitReady(ctx, 10*time.Millisecond)
+			return agentapi.NewClient(in.Addr, in.HostIface, "").WaitReady(ctx, 10*time.Millisecond)
 		}
 	}
 	if cfg.Quiet == 0 {

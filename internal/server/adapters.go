@@ -77,7 +77,13 @@ func (r routes) Resolve(id string) (gateway.Target, bool) {
 	if !ok {
 		return gateway.Target{}, false
 	}
-	return gateway.Target{ID: id, Addr: rt.Addr, Running: rt.Running, AccessToken: rt.AccessToken, TrafficToken: rt.TrafficToken}, true
+	return target(id, rt), true
+}
+
+// target converts a control-plane route of sandbox id for the gateway.
+func target(id string, rt controlplane.Route) gateway.Target {
+	return gateway.Target{ID: id, Addr: rt.Addr, HostIface: rt.HostIface, Running: rt.Running,
+		AccessToken: rt.AccessToken, TrafficToken: rt.TrafficToken}
 }
 
 // Wake lets traffic resume paused sandboxes with lifecycle autoResume (gateway.Waker).
@@ -86,14 +92,14 @@ func (r routes) Wake(ctx context.Context, id string) (gateway.Target, bool, erro
 	if err != nil || !ok {
 		return gateway.Target{}, false, err
 	}
-	return gateway.Target{ID: id, Addr: rt.Addr, Running: rt.Running, AccessToken: rt.AccessToken, TrafficToken: rt.TrafficToken}, true, nil
+	return target(id, rt), true, nil
 }
 
 func (r routes) Targets() []gateway.Target {
 	all := r.cp.Routes()
 	out := make([]gateway.Target, 0, len(all))
 	for _, rt := range all {
-		out = append(out, gateway.Target{ID: rt.ID, Addr: rt.Addr, Running: rt.Running, AccessToken: rt.AccessToken, TrafficToken: rt.TrafficToken})
+		out = append(out, target(rt.ID, rt.Route))
 	}
 	return out
 }

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestBuildReal builds a small template with the real mmdebstrap (minbase +
@@ -78,7 +80,7 @@ func testDefinition(t *testing.T, name string) Definition {
 	write(t, filepath.Join(dir, DefinitionFile), `
 name: `+name+`
 variant: minbase
-packages: [less]
+packages: [less, iputils-ping]
 pip: [six==1.16.0]
 files:
   /usr/local/bin/hello-cubby: hello.sh
@@ -103,7 +105,8 @@ run:
 
 func checkProgress(t *testing.T, out string) {
 	t.Helper()
-	for _, want := range []string{"[1/5] debootstrap bookworm (minbase, 9 packages)", "I: ", "[3/5] pip install",
+	for _, want := range []string{"[1/5] debootstrap bookworm (minbase, 10 packages)", "I: ", "[3/5] pip install",
+		"removed file capabilities sandboxes cannot grant from /usr/bin/ping",
 		"Successfully installed six", "+ hello-cubby", "[5/5] commit", "built template"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("progress lacks %q:\n%s", want, out)
@@ -154,6 +157,9 @@ func checkTree(t *testing.T, info Info) {
 		if _, err := os.Stat(filepath.Join(r, p)); err != nil {
 			t.Error(err)
 		}
+	}
+	if _, err := unix.Lgetxattr(filepath.Join(r, "usr/bin/ping"), xattrCaps, make([]byte, 64)); !errors.Is(err, unix.ENODATA) {
+		t.Errorf("ping keeps file capabilities sandboxes cannot grant: %v", err)
 	}
 	if m, _ := filepath.Glob(filepath.Join(r, "usr/local/lib/python3*/dist-packages/six.py")); len(m) != 1 {
 		t.Error("pip package six not installed")

@@ -11,9 +11,11 @@ import (
 	"strings"
 )
 
-// recipeVersion names the build recipe (hook script, implicit packages). It is part
-// of every digest, so changing how trees are built invalidates cached trees.
-const recipeVersion = "cubby-template/v1"
+// recipeVersion names the build recipe (hook script, implicit packages, the
+// file capabilities removed after the build). It is part of every digest, so
+// changing how trees are built invalidates cached trees. v2: capabilities the
+// sandboxes cannot grant are removed (dropUngrantableCaps).
+const recipeVersion = "cubby-template/v2"
 
 // IDLength is the length of a template ID.
 const IDLength = 20

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/cubby-dev/cubby/internal/runtime/oci"
 )
 
 // ErrNotFound is wrapped by Get for an unknown template ID or alias.
@@ -176,6 +178,13 @@ func (m *Manager) build(ctx context.Context, def Definition, files []resolvedFil
 	rootfs := filepath.Join(treeDir, "rootfs")
 	if err := m.runMmdebstrap(ctx, def, rootfs, script, filepath.Join(stage, "tmp"), pw); err != nil {
 		return Info{}, err
+	}
+	dropped, err := dropUngrantableCaps(rootfs, oci.GrantedCaps())
+	if err != nil {
+		return Info{}, err
+	}
+	if len(dropped) > 0 {
+		pw.Printf("removed file capabilities sandboxes cannot grant from %s", strings.Join(dropped, ", "))
 	}
 	pw.Step(len(steps))
 	info, err := m.commit(ctx, def, id, digest, treeDir)

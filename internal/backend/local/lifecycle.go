@@ -86,7 +86,7 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (inst b
 	if err := b.watchExit(s); err != nil {
 		b.log.Warn("cannot watch sandbox init; exits are noticed only by Kill", "sandbox", s.ID, "err", err)
 	}
-	return s.instance(), nil
+	return b.instance(s), nil
 }
 
 // initAgent waits for the agent's /health and sends it s.Init, authenticated with
@@ -95,7 +95,7 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (inst b
 func (b *Backend) initAgent(ctx context.Context, s *sandbox, token string) error {
 	readyCtx, cancel := context.WithTimeout(ctx, b.cfg.ReadyTimeout)
 	defer cancel()
-	c := agentClient(s.Addr, token)
+	c := b.agentClient(s, token)
 	if err := c.WaitHealthy(readyCtx, 3*time.Millisecond); err != nil {
 		return fmt.Errorf("wait for agent: %w", err)
 	}
@@ -138,7 +138,7 @@ func (b *Backend) Reinit(ctx context.Context, id string, init agentapi.InitReque
 	if init.Timestamp.IsZero() {
 		init.Timestamp = time.Now().UTC()
 	}
-	if err := agentClient(s.Addr, s.Init.AccessToken).Init(ctx, init); err != nil {
+	if err := b.agentClient(s, s.Init.AccessToken).Init(ctx, init); err != nil {
 		return fmt.Errorf("reinit agent of %s: %w", id, err)
 	}
 	s.Init = init

@@ -139,8 +139,11 @@ func (b *Backend) current(s *sandbox) bool {
 	return b.sandboxes[s.ID] == s
 }
 
-func (s *sandbox) instance() backend.Instance {
-	in := backend.Instance{SandboxID: s.ID, Addr: s.Addr, Runtime: s.Runtime, Paused: s.Paused, StartedAt: s.StartedAt}
+// instance reports s; the host interface is derived from the ID (the network
+// manager names each sandbox's host link after it).
+func (b *Backend) instance(s *sandbox) backend.Instance {
+	in := backend.Instance{SandboxID: s.ID, Addr: s.Addr, HostIface: b.net.HostVeth(s.ID), Runtime: s.Runtime,
+		Paused: s.Paused, StartedAt: s.StartedAt}
 	if s.Paused {
 		in.PauseMode = s.PauseMode
 	}
@@ -183,7 +186,7 @@ func (b *Backend) Lookup(_ context.Context, id string) (backend.Instance, error)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.instance(), nil
+	return b.instance(s), nil
 }
 
 // Close implements backend.Backend; sandboxes keep running. Afterwards the backend
@@ -195,7 +198,8 @@ func (b *Backend) Close() error {
 
 var _ backend.Backend = (*Backend)(nil)
 
-// agentClient returns a client for the sandbox's agent.
-func agentClient(addr netip.Addr, token string) *agentapi.Client {
-	return agentapi.NewClient(addr, token)
+// agentClient returns a client for the agent of s, bound to its host link,
+// authenticated with token ("" = none).
+func (b *Backend) agentClient(s *sandbox, token string) *agentapi.Client {
+	return agentapi.NewClient(s.Addr, b.net.HostVeth(s.ID), token)
 }

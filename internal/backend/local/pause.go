@@ -220,7 +220,7 @@ func (b *Backend) Resume(ctx context.Context, id string) (backend.Instance, erro
 		_ = emptyDir(b.checkpointDir(id))
 	}
 	b.log.Info("sandbox resumed", "sandbox", id, "mode", mode, "took", time.Since(start))
-	return s.instance(), nil
+	return b.instance(s), nil
 }
 
 // restart starts a sandbox stopped by a filesystem pause again: remount its disk,
@@ -269,7 +269,7 @@ func (b *Backend) restore(ctx context.Context, s *sandbox, rt runtime.Runtime) (
 	}
 	readyCtx, cancel := context.WithTimeout(ctx, b.cfg.ReadyTimeout)
 	defer cancel()
-	if err := agentClient(s.Addr, "").WaitHealthy(readyCtx, 3*time.Millisecond); err != nil {
+	if err := b.agentClient(s, "").WaitHealthy(readyCtx, 3*time.Millisecond); err != nil {
 		return fmt.Errorf("wait for restored agent: %w (agent log: %s)", err, tailLog(b.logPath(s.ID)))
 	}
 	if err := b.watchExit(s); err != nil {

@@ -44,7 +44,7 @@ func (b *Backend) Recover(ctx context.Context, known []string) ([]backend.Instan
 			continue
 		}
 		adopted[id] = true
-		out = append(out, s.instance())
+		out = append(out, b.instance(s))
 	}
 	for id, c := range found {
 		if adopted[id] {
@@ -101,7 +101,7 @@ func (b *Backend) adopt(ctx context.Context, id string, c container, hasContaine
 	if err != nil {
 		return nil, err
 	}
-	if err := b.net.Adopt(id, s.Addr); err != nil {
+	if err := b.adoptNetwork(ctx, s); err != nil {
 		if !s.Paused || s.PauseMode == backend.PauseMemory {
 			return nil, fmt.Errorf("adopt network: %w", err)
 		}
@@ -120,6 +120,18 @@ func (b *Backend) adopt(ctx context.Context, id string, c container, hasContaine
 		}
 	}
 	return s, nil
+}
+
+// adoptNetwork re-registers the network of s and applies its recorded internet
+// access again (a table built by an older server may not have kept it).
+func (b *Backend) adoptNetwork(ctx context.Context, s *sandbox) error {
+	if err := b.net.Adopt(s.ID, s.Addr); err != nil {
+		return err
+	}
+	if s.NoInternet {
+		return b.net.SetInternetAccess(ctx, s.ID, false)
+	}
+	return nil
 }
 
 func alive(st runtime.State) bool {

@@ -106,15 +106,43 @@ func validate(o Options) error {
 	return nil
 }
 
-// capabilities is the conventional default container capability set (the one Docker
-// and containerd grant), which lets root inside the sandbox run sudo, chown files and
-// bind low ports.
+// sandboxCaps is the sandbox's capability set: Docker's conventional default
+// set (which lets root inside the sandbox run sudo, chown files and bind low
+// ports) without CAP_NET_RAW, so no process in a sandbox can open raw or packet
+// sockets (forge frames, ARP or source addresses, or sniff); ping uses ICMP
+// datagram sockets instead (net.ipv4.ping_group_range, set by internal/network).
+// CAP_NET_BROADCAST is not in it either.
+var sandboxCaps = []struct {
+	name string
+	bit  uint
+}{
+	{"CAP_CHOWN", unix.CAP_CHOWN}, {"CAP_DAC_OVERRIDE", unix.CAP_DAC_OVERRIDE}, {"CAP_FSETID", unix.CAP_FSETID},
+	{"CAP_FOWNER", unix.CAP_FOWNER}, {"CAP_MKNOD", unix.CAP_MKNOD}, {"CAP_SETGID", unix.CAP_SETGID},
+	{"CAP_SETUID", unix.CAP_SETUID}, {"CAP_SETFCAP", unix.CAP_SETFCAP}, {"CAP_SETPCAP", unix.CAP_SETPCAP},
+	{"CAP_NET_BIND_SERVICE", unix.CAP_NET_BIND_SERVICE}, {"CAP_SYS_CHROOT", unix.CAP_SYS_CHROOT},
+	{"CAP_KILL", unix.CAP_KILL}, {"CAP_AUDIT_WRITE", unix.CAP_AUDIT_WRITE},
+}
+
+// capabilities returns the names of sandboxCaps, as the OCI spec lists them.
 func capabilities() []string {
-	return []string{
-		"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
-		"CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP",
-		"CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
+	names := make([]string, len(sandboxCaps))
+	for i, c := range sandboxCaps {
+		names[i] = c.name
 	}
+	return names
+}
+
+// GrantedCaps returns the sandbox's capability set (its bounding, effective and
+// permitted sets) as a mask of 1<<CAP_* bits (linux/capability.h). A file whose
+// capabilities are marked effective and ask for more is refused by execve(2)
+// inside a sandbox (capabilities(7): safety checking for capability-dumb
+// binaries); template builds remove such file capabilities (internal/template).
+func GrantedCaps() uint64 {
+	var m uint64
+	for _, c := range sandboxCaps {
+		m |= 1 << c.bit
+	}
+	return m
 }
 
 func process(o Options) *specs.Process {

@@ -2,6 +2,7 @@ package oci
 
 import (
 	"encoding/json"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"slices"
@@ -48,8 +49,13 @@ func TestBuild(t *testing.T) {
 			t.Errorf("capability %s missing", c)
 		}
 	}
-	if slices.Contains(p.Capabilities.Bounding, "CAP_SYS_ADMIN") {
-		t.Error("CAP_SYS_ADMIN granted")
+	for _, c := range []string{"CAP_SYS_ADMIN", "CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_NET_BROADCAST"} {
+		if slices.Contains(p.Capabilities.Bounding, c) {
+			t.Errorf("%s granted", c)
+		}
+	}
+	if got := GrantedCaps(); got&(1<<unix.CAP_NET_RAW) != 0 || got&(1<<unix.CAP_SETUID) == 0 || bits.OnesCount64(got) != len(p.Capabilities.Bounding) {
+		t.Errorf("GrantedCaps = %#x for bounding set %v", got, p.Capabilities.Bounding)
 	}
 	if len(p.Rlimits) != 1 || p.Rlimits[0].Type != "RLIMIT_NOFILE" || p.Rlimits[0].Soft != min(DefaultNoFile, NoFileCeiling()) {
 		t.Errorf("rlimits %+v", p.Rlimits)

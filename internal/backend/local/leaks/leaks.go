@@ -1,6 +1,6 @@
 // Package leaks inventories the host resources the local backend holds for one
 // sandbox: mounts and loop devices of its disk, its network namespace file, host
-// veth and no-internet set membership, its cgroup directories, runtime state
+// veth and the nftables set elements naming it, its cgroup directories, runtime state
 // directories, and processes. Tests use it to prove that kills, failures, pauses
 // and server restarts leave nothing behind (or exactly what a paused sandbox must
 // keep). It reads /proc, /sys and nf_tables only; it changes nothing.
@@ -45,7 +45,8 @@ type Resources struct {
 	Loops      []string // loop devices backed by a file in its directory
 	Netns      []string // netns files naming it
 	Veths      []string // host links whose alias names it
-	NoInternet bool     // its address is in the no-internet set
+	NoInternet bool     // its host link is in the no-internet set
+	Firewall   []string // the other sets of the nftables table ("links", "own") holding its host link
 	Cgroups    []string // cgroup directories named for it
 	States     []string // runtime state (runc directories; runsc state, lock and socket files) named for it
 	Processes  []string // "pid command line" of processes in its cgroup or naming it on their command line
@@ -59,13 +60,13 @@ func (r Resources) Running() bool {
 
 // Empty reports whether nothing at all is left.
 func (r Resources) Empty() bool {
-	return !r.Dir && !r.Running() && len(r.Netns)+len(r.Veths) == 0 && !r.NoInternet
+	return !r.Dir && !r.Running() && len(r.Netns)+len(r.Veths)+len(r.Firewall) == 0 && !r.NoInternet
 }
 
 // String lists the resources found, for test failure messages.
 func (r Resources) String() string {
-	return fmt.Sprintf("dir=%v mounts=%v loops=%v netns=%v veths=%v noinet=%v cgroups=%v states=%v pids=%v",
-		r.Dir, r.Mounts, r.Loops, r.Netns, r.Veths, r.NoInternet, r.Cgroups, r.States, r.Processes)
+	return fmt.Sprintf("dir=%v mounts=%v loops=%v netns=%v veths=%v noinet=%v firewall=%v cgroups=%v states=%v pids=%v",
+		r.Dir, r.Mounts, r.Loops, r.Netns, r.Veths, r.NoInternet, r.Firewall, r.Cgroups, r.States, r.Processes)
 }
 
 func (o *Options) defaults() {
@@ -80,8 +81,9 @@ func (o *Options) defaults() {
 	}
 }
 
-// Scan inventories sandbox id (addr, when valid, is checked against the
-// no-internet set). Errors: unreadable /proc or /sys, or a failed nf_tables query.
+// Scan inventories sandbox id. Its host links are found by their alias and,
+// when addr is valid, as the links the set "own" pairs with addr (so set
+// elements outliving a deleted link are found too). Errors: unreadable /proc or /sys, or a failed nf_tables query.
 func Scan(o Options, id string, addr netip.Addr) (Resources, error) {
 	o.defaults()
 	if id == "" || strings.ContainsAny(id, "/.") {
@@ -100,7 +102,7 @@ func Scan(o Options, id string, addr netip.Addr) (Resources, error) {
 	r.Netns = globNames(o.NetnsDir, "*"+id)
 	r.Veths, e = vethsFor(id)
 	errs = append(errs, e)
-	r.NoInternet, e = inNoInternet(o.NftTable, addr)
+	r.Firewall, r.NoInternet, e = firewallFor(o.NftTable, r.Veths, addr)
 	errs = append(errs, e)
 	r.Cgroups = cgroupsFor(o, id)
 	for _, root := range o.RuntimeRoots {
@@ -204,30 +206,56 @@ func vethsFor(id string) ([]string, error) {
 	return out, nil
 }
 
-// inNoInternet reports whether addr is in table's "noinet" set.
-func inNoInternet(table string, addr netip.Addr) (bool, error) {
-	if table == "" || !addr.IsValid() {
-		return false, nil
+// firewallFor reports which sets of the inet table hold one of the links
+// names or a link paired with addr in the set "own"; noinet is reported apart.
+func firewallFor(table string, names []string, addr netip.Addr) (sets []string, noinet bool, err error) {
+	if table == "" {
+		return nil, false, nil
 	}
 	c, err := nftables.New()
 	if err != nil {
-		return false, fmt.Errorf("nftables: %w", err)
+		return nil, false, fmt.Errorf("nftables: %w", err)
 	}
-	set, err := c.GetSetByName(&nftables.Table{Family: nftables.TableFamilyINet, Name: table}, "noinet")
-	if err != nil {
-		return false, nil // no table, or no set: nothing held
-	}
-	elems, err := c.GetSetElements(set)
-	if err != nil {
-		return false, fmt.Errorf("list set noinet of %s: %w", table, err)
-	}
-	want := addr.AsSlice()
-	for _, e := range elems {
-		if bytes.Equal(e.Key, want) {
-			return true, nil
+	elems := map[string][][]byte{}
+	for _, name := range []string{"links", "own", "noinet"} {
+		set, err := c.GetSetByName(&nftables.Table{Family: nftables.TableFamilyINet, Name: table}, name)
+		if err != nil {
+			continue // no table, or no set: nothing held
+		}
+		list, err := c.GetSetElements(set)
+		if err != nil {
+			return nil, false, fmt.Errorf("list set %s of %s: %w", name, table, err)
+		}
+		for _, e := range list {
+			elems[name] = append(elems[name], e.Key)
 		}
 	}
-	return false, nil
+	mine := map[string]bool{}
+	for _, n := range names {
+		mine[n] = true
+	}
+	for _, k := range elems["own"] {
+		if addr.IsValid() && len(k) == 20 && bytes.Equal(k[16:], addr.AsSlice()) {
+			mine[keyName(k)] = true
+		}
+	}
+	for _, name := range []string{"links", "own", "noinet"} {
+		for _, k := range elems[name] {
+			switch {
+			case !mine[keyName(k)]:
+			case name == "noinet":
+				noinet = true
+			default:
+				sets = append(sets, name)
+			}
+		}
+	}
+	return sets, noinet, nil
+}
+
+// keyName is the interface name at the start of a set key (16 bytes, NUL padded).
+func keyName(k []byte) string {
+	return string(bytes.TrimRight(k[:min(len(k), 16)], "\x00"))
 }
 
 // cgroupsFor lists CgroupParent/id directories in every cgroup hierarchy.
