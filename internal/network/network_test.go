@@ -45,14 +45,33 @@ func TestAttachConfiguresBothEnds(t *testing.T) {
 	if v6, _ := netlink.AddrList(veth, netlink.FAMILY_V6); len(v6) != 0 {
 		t.Errorf("host veth has IPv6 addresses %v", v6)
 	}
+	assertRoute(t, "host", func() ([]netlink.Route, error) { return netlink.RouteList(veth, netlink.FAMILY_V4) },
+		netip.PrefixFrom(a.Addr, 32), netip.Addr{}, a.Gateway)
+	checkSandboxEnd(t, a, veth)
+	assertRegistered(t, m, a, true)
+	if got, err := m.Addr("sa"); err != nil || got != a.Addr {
+		t.Fatalf("Addr = %v, %v; want %s", got, err, a.Addr)
+	}
+	if _, err := m.Attach(ctx, "sa"); !errors.Is(err, ErrAlreadyAttached) {
+		t.Fatalf("second Attach: %v, want ErrAlreadyAttached", err)
+	}
+}
+
+// checkSandboxEnd checks the netns side of a: eth0 holds only Addr/32, no
+// IPv6, a link route to the gateway and the default route via it, a permanent
+// gateway neighbour for the host link's MAC (and the host link one for eth0's),
+// and ping_group_range open to every gid (only there, not on the host).
+func checkSandboxEnd(t *testing.T, a Attachment, hostLink netlink.Link) {
+	t.Helper()
 	h, err := nsHandle(a.NetnsPath)
 	must(t, err)
 	defer h.Close()
 	eth, err := h.LinkByName("eth0")
 	must(t, err)
-	assertNeigh(t, "host", func() ([]netlink.Neigh, error) { return netlink.NeighList(veth.Attrs().Index, netlink.FAMILY_V4) }, a.Addr, eth.Attrs().HardwareAddr)
-	assertNeigh(t, "sandbox", func() ([]netlink.Neigh, error) { return h.NeighList(eth.Attrs().Index, netlink.FAMILY_V4) }, a.Gateway, veth.Attrs().HardwareAddr)
-	assertRoute(t, "host", func() ([]netlink.Route, error) { return netlink.RouteList(veth, netlink.FAMILY_V4) }, netip.PrefixFrom(a.Addr, 32), netip.Addr{}, a.Gateway)
+	assertNeigh(t, "host", func() ([]netlink.Neigh, error) { return netlink.NeighList(hostLink.Attrs().Index, netlink.FAMILY_V4) },
+		a.Addr, eth.Attrs().HardwareAddr)
+	assertNeigh(t, "sandbox", func() ([]netlink.Neigh, error) { return h.NeighList(eth.Attrs().Index, netlink.FAMILY_V4) },
+		a.Gateway, hostLink.Attrs().HardwareAddr)
 	v4, err := h.AddrList(eth, netlink.FAMILY_V4)
 	must(t, err)
 	if len(v4) != 1 || v4[0].IPNet.String() != netip.PrefixFrom(a.Addr, 32).String() {
@@ -69,13 +88,6 @@ func TestAttachConfiguresBothEnds(t *testing.T) {
 	}
 	if got := readSysctl(t, "ipv4/ping_group_range"); got == "0\t2147483647" {
 		t.Errorf("ping_group_range changed on the host")
-	}
-	assertRegistered(t, m, a, true)
-	if got, err := m.Addr("sa"); err != nil || got != a.Addr {
-		t.Fatalf("Addr = %v, %v; want %s", got, err, a.Addr)
-	}
-	if _, err := m.Attach(ctx, "sa"); !errors.Is(err, ErrAlreadyAttached) {
-		t.Fatalf("second Attach: %v, want ErrAlreadyAttached", err)
 	}
 }
 
@@ -371,5 +383,85 @@ func TestSweepRemovesVethWithoutNetnsFile(t *testing.T) {
 	var nf netlink.LinkNotFoundError
 	if _, err := netlink.LinkByName(a.HostVeth); !errors.As(err, &nf) {
 		t.Fatalf("leaked veth %s survives Sweep: %v", a.HostVeth, err)
+	}
+}
+
+// TestRestoreAfterAddressLoss: gVisor takes eth0's address away when it starts
+// (the kernel then flushes eth0's neighbours and routes); Restore puts all of
+// it back and the host reaches the sandbox again.
+func TestRestoreAfterAddressLoss(t *testing.T) {
+	m := newTestManager(t)
+	ctx := context.Background()
+	a, err := m.Attach(ctx, "sr")
+	must(t, err)
+	h, err := nsHandle(a.NetnsPath)
+	must(t, err)
+	defer h.Close()
+	eth, err := h.LinkByName("eth0")
+	must(t, err)
+	must(t, h.AddrDel(eth, &netlink.Addr{IPNet: ipnet(a.Addr, 32)}))
+	if n, _ := h.NeighList(eth.Attrs().Index, netlink.FAMILY_V4); len(n) != 0 {
+		t.Logf("neighbours kept after address removal: %v", n)
+	}
+	must(t, m.Restore(ctx, "sr"))
+	must(t, m.Restore(ctx, "sr")) // idempotent
+	veth, err := netlink.LinkByName(a.HostVeth)
+	must(t, err)
+	checkSandboxEnd(t, a, veth)
+	srv := serveEcho(t, a.NetnsPath, a.Addr)
+	if _, err := dialEcho("", srv, 5*time.Second); err != nil {
+		t.Fatalf("host -> restored sandbox: %v", err)
+	}
+	if err := m.Restore(ctx, "unknown"); !errors.Is(err, ErrNotAttached) {
+		t.Fatalf("Restore(unknown) = %v, want ErrNotAttached", err)
+	}
+}
+
+// TestAdoptBridgedSandbox: a sandbox left running by a server that bridged
+// its sandboxes (host veth a port of the bridge, eth0 with the subnet's
+// prefix, no static neighbours) is taken over: Adopt makes its link routed and
+// the host reaches it; spoofing from it is dropped like from any other.
+func TestAdoptBridgedSandbox(t *testing.T) {
+	m := newTestManager(t)
+	addr := m.cfg.Subnet.Addr().Next().Next().Next()
+	path, name := m.netnsPath("old"), m.vethName("old")
+	ns, err := createNetns(path)
+	must(t, err)
+	defer ns.close()
+	br, err := netlink.LinkByName(m.cfg.Bridge)
+	must(t, err)
+	attrs := netlink.NewLinkAttrs()
+	attrs.Name, attrs.MasterIndex = name, br.Attrs().Index
+	must(t, netlink.LinkAdd(&netlink.Veth{LinkAttrs: attrs, PeerName: "eth0", PeerNamespace: netlink.NsFd(ns.fd)}))
+	veth, err := netlink.LinkByName(name)
+	must(t, err)
+	must(t, netlink.LinkSetAlias(veth, m.aliasPrefix()+"old"))
+	must(t, netlink.LinkSetUp(veth))
+	eth, err := ns.nl.LinkByName("eth0")
+	must(t, err)
+	must(t, ns.nl.AddrAdd(eth, &netlink.Addr{IPNet: ipnet(addr, m.cfg.Subnet.Bits())}))
+	must(t, ns.nl.LinkSetUp(eth))
+	must(t, ns.nl.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Gw: m.gateway.AsSlice()}))
+
+	must(t, m.Adopt("old", addr))
+	veth, err = netlink.LinkByName(name)
+	must(t, err)
+	if veth.Attrs().MasterIndex != 0 || veth.Attrs().RawFlags&unix.IFF_NOARP == 0 {
+		t.Fatalf("adopted link still bridged or answering ARP: master %d flags %#x", veth.Attrs().MasterIndex, veth.Attrs().RawFlags)
+	}
+	a, ok := m.Get("old")
+	if !ok {
+		t.Fatal("adopted sandbox not attached")
+	}
+	assertRegistered(t, m, a, true)
+	assertNeigh(t, "sandbox", func() ([]netlink.Neigh, error) { return ns.nl.NeighList(eth.Attrs().Index, netlink.FAMILY_V4) },
+		m.gateway, veth.Attrs().HardwareAddr)
+	srv := serveEcho(t, path, addr)
+	if peer, err := dialEcho("", srv, 5*time.Second); err != nil || peer != m.gateway.String() {
+		t.Fatalf("host -> adopted sandbox: peer %q, %v", peer, err)
+	}
+	gwSrv := serveEcho(t, "", m.gateway)
+	if _, err := dialEcho(path, gwSrv, 5*time.Second); !isRefused(err) {
+		t.Fatalf("adopted sandbox -> host: %v, want refused", err)
 	}
 }

@@ -181,12 +181,17 @@ func TestNetworkForgedARPNoHijack(t *testing.T) {
 		done <- result{Out: res.Stdout + res.Stderr}
 	}()
 	time.Sleep(3 * time.Second) // the finding: redirected within 3 s
-	victimErr := useVictim(victim, canary)
+	start := time.Now()
+	victimErr := useVictim(victim, canary, 5*time.Second)
+	t.Logf("victim used for %s under attack", time.Since(start).Round(time.Millisecond))
 	stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	_, stopErr := attacker.Files.Write(stopCtx, "/tmp/stop", []byte("1"), nil)
 	out := <-done
-	var got struct{ Packet, Stolen, Secrets, Accepted, Listen, AddrAdd int }
+	var got struct {
+		Packet, Stolen, Secrets, Accepted, Listen int
+		AddrAdd                                   int `json:"addr_add"`
+	}
 	if out.Code != 0 || json.Unmarshal([]byte(lastLine(out.Out)), &got) != nil {
 		t.Fatalf("attacker script: %d %s (stop: %v)", out.Code, out.Out, stopErr)
 	}
@@ -200,9 +205,9 @@ func TestNetworkForgedARPNoHijack(t *testing.T) {
 	s.healthy(t)
 }
 
-// useVictim writes, reads and cats files in sbx, pauses it to disk, resumes
-// it and checks its env var; the first failure is returned.
-func useVictim(sbx *sdk.Sandbox, canary string) error {
+// useVictim writes, reads and cats files in sbx for at least busyFor, pauses
+// it to disk, resumes it and checks its env var; the first failure is returned.
+func useVictim(sbx *sdk.Sandbox, canary string, busyFor time.Duration) error {
 	step := func(what string, f func(ctx context.Context) error) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 		defer cancel()
@@ -211,7 +216,7 @@ func useVictim(sbx *sdk.Sandbox, canary string) error {
 		}
 		return nil
 	}
-	for i := range 3 {
+	for end, i := time.Now().Add(busyFor), 0; time.Now().Before(end); i++ {
 		name, want := fmt.Sprintf("/home/user/f%d.txt", i), fmt.Sprintf("content %d %s", i, testserver.RandHex(4))
 		err := step("write/read "+name, func(ctx context.Context) error {
 			if _, err := sbx.Files.Write(ctx, name, []byte(want), nil); err != nil {
