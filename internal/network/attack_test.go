@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cubby-dev/cubby/internal/linkdial"
+	"github.com/cubby-dev/cubby/internal/network/nettest"
 )
 
 // The tests in this file play a sandbox taken over by an attacker who kept
@@ -111,12 +112,7 @@ func ipv4Dst(frame []byte, dst netip.Addr) bool {
 // B still reaches B (which sees the gateway as its peer), none of it reaches
 // A, and the host's neighbour entry for B is unchanged.
 func TestForgedARPDoesNotRedirect(t *testing.T) {
-	m := newTestManager(t)
-	ctx := context.Background()
-	a, err := m.Attach(ctx, "atk")
-	must(t, err)
-	b, err := m.Attach(ctx, "vic")
-	must(t, err)
+	m, a, b := twoSandboxes(t, "atk", "vic")
 	srv := serveEcho(t, b.NetnsPath, b.Addr)
 	if _, err := dialEcho("", srv, 5*time.Second); err != nil {
 		t.Fatalf("sanity: host -> B before the attack: %v", err)
@@ -166,12 +162,8 @@ func TestForgedARPDoesNotRedirect(t *testing.T) {
 // addressed to B (a stale address) never reaches anyone: not B (wrong link),
 // not A (the link carries only A's address).
 func TestBoundDialStaysOnItsLink(t *testing.T) {
-	m := newTestManager(t)
+	m, a, b := twoSandboxes(t, "sa", "sb")
 	ctx := context.Background()
-	a, err := m.Attach(ctx, "sa")
-	must(t, err)
-	b, err := m.Attach(ctx, "sb")
-	must(t, err)
 	srv := serveEcho(t, b.NetnsPath, b.Addr)
 	atk := openPacket(t, a.NetnsPath, "eth0")
 	stop := make(chan struct{})
@@ -196,50 +188,6 @@ func TestBoundDialStaysOnItsLink(t *testing.T) {
 			c.Close()
 		}
 		t.Fatalf("dial bound to a missing link: %v, want ENODEV", err)
-	}
-}
-
-// udpSink listens on UDP addr:0 inside the netns at nsPath and records the
-// source address of every datagram, keyed by its payload.
-type udpSink struct {
-	at   netip.AddrPort
-	seen chan [2]string // payload, source address
-}
-
-func newUDPSink(tb testing.TB, nsPath string, addr netip.Addr) udpSink {
-	tb.Helper()
-	var pc net.PacketConn
-	must(tb, inNetns(nsPath, func() (err error) {
-		pc, err = net.ListenPacket("udp4", netip.AddrPortFrom(addr, 0).String())
-		return err
-	}))
-	tb.Cleanup(func() { pc.Close() })
-	s := udpSink{at: netip.MustParseAddrPort(pc.LocalAddr().String()), seen: make(chan [2]string, 64)}
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			host, _, _ := net.SplitHostPort(from.String())
-			s.seen <- [2]string{string(buf[:n]), host}
-		}
-	}()
-	return s
-}
-
-// drain returns what arrived within wait, payload -> source.
-func (s udpSink) drain(wait time.Duration) map[string]string {
-	got := map[string]string{}
-	deadline := time.After(wait)
-	for {
-		select {
-		case d := <-s.seen:
-			got[d[0]] = d[1]
-		case <-deadline:
-			return got
-		}
 	}
 }
 
@@ -276,24 +224,20 @@ func sendUDPFrom(tb testing.TB, fd int, src netip.Addr, dst netip.AddrPort, payl
 // its own leaves, masqueraded; with its internet access off nothing leaves,
 // not even under the address of a neighbour whose access is on.
 func TestForgedSourcesDoNotLeave(t *testing.T) {
-	m := newTestManager(t)
+	m, a, b := twoSandboxes(t, "atk", "nbr")
 	ctx := context.Background()
-	a, err := m.Attach(ctx, "atk")
-	must(t, err)
-	b, err := m.Attach(ctx, "nbr")
-	must(t, err)
 	up := newUplink(t)
 	must(t, inNetns(up.path, func() error {
 		return writeSysctls([]sysctl{{Path: "ipv4/conf/all/rp_filter", Value: "0"}, {Path: "ipv4/conf/up0/rp_filter", Value: "0"}}, "")
 	}))
-	sink := newUDPSink(t, up.path, up.addr)
+	sink := nettest.ListenUDP(t, up.path, up.addr)
 	fd := rawIPSock(t, a.NetnsPath)
 	public := netip.MustParseAddr("198.51.100.7")
 	sources := map[string]netip.Addr{"own": a.Addr, "neighbour": b.Addr, "gateway": a.Gateway, "public": public}
 	for name, src := range sources {
-		sendUDPFrom(t, fd, src, sink.at, name)
+		sendUDPFrom(t, fd, src, sink.Addr, name)
 	}
-	got := sink.drain(time.Second)
+	got := sink.Drain(time.Second)
 	if got["own"] != up.hostAddr.String() {
 		t.Errorf("legitimate egress arrived as %q, want masqueraded to %s (all: %v)", got["own"], up.hostAddr, got)
 	}
@@ -304,9 +248,9 @@ func TestForgedSourcesDoNotLeave(t *testing.T) {
 	}
 	must(t, m.SetInternetAccess(ctx, "atk", false))
 	for name, src := range sources {
-		sendUDPFrom(t, fd, src, sink.at, "noinet-"+name)
+		sendUDPFrom(t, fd, src, sink.Addr, "noinet-"+name)
 	}
-	if got := sink.drain(time.Second); len(got) != 0 {
+	if got := sink.Drain(time.Second); len(got) != 0 {
 		t.Errorf("a sandbox without internet access got datagrams out: %v", got)
 	}
 }

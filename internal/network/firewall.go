@@ -150,10 +150,10 @@ func (m *Manager) applyFirewall() error {
 		}
 	}
 	m.addRejectChain(c, t)
-	m.addIngressChain(c, t)
+	m.addLinkCheckChain(c, t, chainIngress, nftables.ChainHookPrerouting, nftables.ChainPriorityRaw, expr.MetaKeyIIFNAME, 12)
 	m.addForwardChain(c, t)
 	m.addInputChain(c, t)
-	m.addEgressChain(c, t)
+	m.addLinkCheckChain(c, t, chainEgress, nftables.ChainHookPostrouting, nftables.ChainPriorityFilter, expr.MetaKeyOIFNAME, 16)
 	m.addNATChain(c, t)
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("apply nft table %s: %w", m.cfg.Table, err)
@@ -191,13 +191,18 @@ func addRules(c *nftables.Conn, ch *nftables.Chain, rules ...[]expr.Any) {
 	}
 }
 
-func (m *Manager) addIngressChain(c *nftables.Conn, t *nftables.Table) {
+// addLinkCheckChain adds chain name at hook, which drops what a sandbox link
+// carries (key: iifname on the way in, oifname on the way out) unless it is
+// IPv4 with the link's own sandbox address at network header offset off (12:
+// source, 16: destination).
+func (m *Manager) addLinkCheckChain(c *nftables.Conn, t *nftables.Table, name string, hook *nftables.ChainHook,
+	prio *nftables.ChainPriority, key expr.MetaKey, off uint32) {
 	links, own, _ := m.sets()
-	ch := baseChain(c, t, chainIngress, nftables.ChainTypeFilter, nftables.ChainHookPrerouting, nftables.ChainPriorityRaw)
-	from := ifnameIn(expr.MetaKeyIIFNAME, links, false)
+	ch := baseChain(c, t, name, nftables.ChainTypeFilter, hook, prio)
+	link := ifnameIn(key, links, false)
 	addRules(c, ch,
-		concat(from, notIPv4(), verdict(expr.VerdictDrop)),
-		concat(from, ipv4(), ifnameAddrNotIn(expr.MetaKeyIIFNAME, 12, own), verdict(expr.VerdictDrop)))
+		concat(link, notIPv4(), verdict(expr.VerdictDrop)),
+		concat(link, ipv4(), ifnameAddrNotIn(key, off, own), verdict(expr.VerdictDrop)))
 }
 
 func (m *Manager) addForwardChain(c *nftables.Conn, t *nftables.Table) {
@@ -220,15 +225,6 @@ func (m *Manager) addInputChain(c *nftables.Conn, t *nftables.Table) {
 		concat(from, ctBits(expr.CtKeySTATE, expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED, expr.CmpOpNeq),
 			verdict(expr.VerdictAccept)),
 		concat(from, jump(chainReject)))
-}
-
-func (m *Manager) addEgressChain(c *nftables.Conn, t *nftables.Table) {
-	links, own, _ := m.sets()
-	ch := baseChain(c, t, chainEgress, nftables.ChainTypeFilter, nftables.ChainHookPostrouting, nftables.ChainPriorityFilter)
-	to := ifnameIn(expr.MetaKeyOIFNAME, links, false)
-	addRules(c, ch,
-		concat(to, notIPv4(), verdict(expr.VerdictDrop)),
-		concat(to, ipv4(), ifnameAddrNotIn(expr.MetaKeyOIFNAME, 16, own), verdict(expr.VerdictDrop)))
 }
 
 func (m *Manager) addNATChain(c *nftables.Conn, t *nftables.Table) {

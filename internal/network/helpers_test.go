@@ -14,13 +14,14 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/cubby-dev/cubby/internal/network/nettest"
 )
 
 // requireRoot skips tests that create host network resources when not root.
@@ -97,6 +98,17 @@ func newTestManager(tb testing.TB) *Manager {
 	return m
 }
 
+// twoSandboxes returns a test Manager with sandboxes idA and idB attached.
+func twoSandboxes(tb testing.TB, idA, idB string) (*Manager, Attachment, Attachment) {
+	tb.Helper()
+	m := newTestManager(tb)
+	a, err := m.Attach(context.Background(), idA)
+	must(tb, err)
+	b, err := m.Attach(context.Background(), idB)
+	must(tb, err)
+	return m, a, b
+}
+
 // newManagerNoSetup returns a Manager for cfg whose host state (if any is
 // created later) is swept and torn down in Cleanup.
 func newManagerNoSetup(tb testing.TB, cfg Config) *Manager {
@@ -122,26 +134,8 @@ func newManagerNoSetup(tb testing.TB, cfg Config) *Manager {
 	return m
 }
 
-// inNetns runs fn on a locked OS thread switched into the netns at path. The
-// thread is discarded afterwards. Sockets created by fn belong to that netns.
-func inNetns(path string, fn func() error) error {
-	ch := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread's netns was changed
-		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			ch <- err
-			return
-		}
-		defer unix.Close(fd)
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			ch <- fmt.Errorf("setns %s: %w", path, err)
-			return
-		}
-		ch <- fn()
-	}()
-	return <-ch
-}
+// inNetns runs fn inside the netns at path (nettest.InNetns).
+func inNetns(path string, fn func() error) error { return nettest.InNetns(path, fn) }
 
 // serveEcho listens on addr:0 (inside netns path if non-empty) and echoes one
 // line back per connection, prefixed with the peer address: "<peer> <line>".

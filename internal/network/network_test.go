@@ -92,12 +92,7 @@ func checkSandboxEnd(t *testing.T, a Attachment, hostLink netlink.Link) {
 }
 
 func TestIsolation(t *testing.T) {
-	m := newTestManager(t)
-	ctx := context.Background()
-	a, err := m.Attach(ctx, "sa")
-	must(t, err)
-	b, err := m.Attach(ctx, "sb")
-	must(t, err)
+	_, a, b := twoSandboxes(t, "sa", "sb")
 
 	t.Run("host to sandbox", func(t *testing.T) {
 		srv := serveEcho(t, a.NetnsPath, a.Addr)
@@ -133,12 +128,8 @@ func TestIsolation(t *testing.T) {
 }
 
 func TestInternetAccess(t *testing.T) {
-	m := newTestManager(t)
+	m, a, b := twoSandboxes(t, "sa", "sb")
 	ctx := context.Background()
-	a, err := m.Attach(ctx, "sa")
-	must(t, err)
-	b, err := m.Attach(ctx, "sb")
-	must(t, err)
 	up := newUplink(t)
 	srv := serveEcho(t, up.path, up.addr)
 

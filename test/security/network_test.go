@@ -4,16 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/netip"
 	"os/exec"
-	"runtime"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cubby-dev/cubby/internal/network"
+	"github.com/cubby-dev/cubby/internal/network/nettest"
 	"github.com/cubby-dev/cubby/internal/testserver"
 	"github.com/cubby-dev/cubby/sdk"
 )
@@ -293,13 +294,13 @@ func TestNetworkForgedSourceStaysInside(t *testing.T) {
 	open := s.create(t, "")
 	var nbr struct{ Own string }
 	probe(t, open, "", nil, `print(json.dumps({"own": route()[0]}))`, &nbr)
-	dst := []string{inet.sink.Addr().String(), fmt.Sprint(inet.sink.Port())}
+	dst := []string{inet.Addr.Addr().String(), fmt.Sprint(inet.Addr.Port())}
 	var tried map[string]int
 	probe(t, closed, "root", append(dst, nbr.Own), spoofAttack, &tried)
 	var sent map[string]int
 	probe(t, open, "", dst, `dst = (sys.argv[1], int(sys.argv[2]))
 print(json.dumps({"legit": errno(lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"legit", dst))}))`, &sent)
-	got := inet.drain(2 * time.Second)
+	got := inet.Drain(2 * time.Second)
 	t.Logf("attempts (errno, 0 = sent): %v; arrived (payload: source): %v", tried, got)
 	if got["legit"] != inet.host.String() {
 		t.Errorf("the neighbour's own datagram arrived from %q, want masqueraded to %s (send errno %d)", got["legit"], inet.host, sent["legit"])
@@ -315,9 +316,8 @@ print(json.dumps({"legit": errno(lambda: socket.socket(socket.AF_INET, socket.SO
 // reached from the host over a veth in a free /24 (host end .1, its end .2),
 // with reverse-path filtering off so it takes any source, and a UDP sink.
 type internet struct {
-	sink netip.AddrPort
+	*nettest.UDPSink
 	host netip.Addr // the host's address towards it: masqueraded sources show it
-	got  chan [2]string
 }
 
 func newInternet(t *testing.T) *internet {
@@ -326,16 +326,15 @@ func newInternet(t *testing.T) *internet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := netip.MustParsePrefix(subnet)
-	in := &internet{host: p.Addr().Next(), got: make(chan [2]string, 64)}
-	far, name := in.host.Next(), "cbsi"+testserver.RandHex(3)
+	host := netip.MustParsePrefix(subnet).Addr().Next()
+	far, name := host.Next(), "cbsi"+testserver.RandHex(3)
 	t.Cleanup(func() {
 		_ = exec.Command("ip", "link", "del", name).Run()
 		_ = exec.Command("ip", "netns", "del", name).Run()
 	})
 	for _, args := range [][]string{{"netns", "add", name},
 		{"link", "add", name, "type", "veth", "peer", "name", "up0", "netns", name},
-		{"addr", "add", in.host.String() + "/24", "dev", name}, {"link", "set", name, "up"},
+		{"addr", "add", host.String() + "/24", "dev", name}, {"link", "set", name, "up"},
 		{"-n", name, "addr", "add", far.String() + "/24", "dev", "up0"}, {"-n", name, "link", "set", "up0", "up"},
 		{"netns", "exec", name, "sh", "-c", "echo 0 > /proc/sys/net/ipv4/conf/all/rp_filter; echo 0 > /proc/sys/net/ipv4/conf/up0/rp_filter"},
 	} {
@@ -343,62 +342,5 @@ func newInternet(t *testing.T) *internet {
 			t.Fatalf("ip %v: %v: %s", args, err, out)
 		}
 	}
-	pc := listenUDPIn(t, "/run/netns/"+name, far)
-	in.sink = netip.MustParseAddrPort(pc.LocalAddr().String())
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			in.got <- [2]string{string(buf[:n]), strings.Split(from.String(), ":")[0]}
-		}
-	}()
-	return in
-}
-
-// drain returns what arrived within wait, payload -> source address.
-func (in *internet) drain(wait time.Duration) map[string]string {
-	got := map[string]string{}
-	deadline := time.After(wait)
-	for {
-		select {
-		case d := <-in.got:
-			got[d[0]] = d[1]
-		case <-deadline:
-			return got
-		}
-	}
-}
-
-// listenUDPIn opens a UDP socket on addr:0 inside the netns at nsPath (from
-// a locked thread that is discarded afterwards; the socket stays in the netns).
-func listenUDPIn(t *testing.T, nsPath string, addr netip.Addr) net.PacketConn {
-	t.Helper()
-	type res struct {
-		pc  net.PacketConn
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread's netns changes
-		fd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err == nil {
-			err = unix.Setns(fd, unix.CLONE_NEWNET)
-			unix.Close(fd)
-		}
-		if err != nil {
-			ch <- res{err: err}
-			return
-		}
-		pc, err := net.ListenPacket("udp4", netip.AddrPortFrom(addr, 0).String())
-		ch <- res{pc, err}
-	}()
-	r := <-ch
-	if r.err != nil {
-		t.Fatalf("listen in %s: %v", nsPath, r.err)
-	}
-	t.Cleanup(func() { r.pc.Close() })
-	return r.pc
+	return &internet{UDPSink: nettest.ListenUDP(t, filepath.Join(network.DefaultNetnsDir, name), far), host: host}
 }
