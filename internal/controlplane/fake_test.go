@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -49,7 +50,7 @@ func (f *fakeBackend) Create(_ context.Context, req backend.CreateRequest) (back
 	}
 	in := &backend.Instance{
 		SandboxID: req.SandboxID, Addr: netip.AddrFrom4([4]byte{10, 77, byte(f.nextIP >> 8), byte(f.nextIP)}),
-		Runtime: "fake", StartedAt: time.Now(),
+		HostIface: fmt.Sprintf("fake%d", f.nextIP), Runtime: "fake", StartedAt: time.Now(),
 	}
 	f.nextIP++
 	f.instances[req.SandboxID] = in

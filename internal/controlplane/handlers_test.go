@@ -52,7 +52,7 @@ func TestCreateV2AndGetInfo(t *testing.T) {
 		t.Fatalf("init = %+v", req.Init)
 	}
 	rt, ok := h.svc.Route(id)
-	if !ok || !rt.Running || rt.AccessToken != token || !rt.Addr.IsValid() {
+	if !ok || !rt.Running || rt.AccessToken != token || !rt.Addr.IsValid() || rt.HostIface == "" {
 		t.Fatalf("route = %+v, %v", rt, ok)
 	}
 
