@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -63,10 +64,31 @@ func lastLine(s string) string {
 
 // TestNetworkRawSocketsRefused: root cannot open raw or packet sockets nor
 // change the sandbox's address or MAC; ping still works through ICMP datagram
-// sockets (for root and the default user), but not towards the gateway.
+// sockets (for root and the default user), but not towards the gateway. Under
+// runc and, when bin/runsc is next to the server binary, gVisor.
 func TestNetworkRawSocketsRefused(t *testing.T) {
-	s := startServer(t)
-	sbx := s.create(t, "")
+	for _, rt := range runtimes(t) {
+		t.Run(rt, func(t *testing.T) {
+			s := startServer(t, "--runtime", rt)
+			sbx := s.create(t, "")
+			checkRawSockets(t, sbx)
+			t.Run("ping", func(t *testing.T) { checkPing(t, sbx, rt == "runc") })
+		})
+	}
+}
+
+// runtimes lists the OCI runtimes the server next to CUBBY_BIN can use.
+func runtimes(t *testing.T) []string {
+	rts := []string{"runc"}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(os.Getenv("CUBBY_BIN")), "runsc")); err == nil {
+		rts = append(rts, "runsc")
+	} else {
+		t.Logf("gVisor not covered: %v", err)
+	}
+	return rts
+}
+
+func checkRawSockets(t *testing.T, sbx *sdk.Sandbox) {
 	var got map[string]int
 	probe(t, sbx, "root", nil, `
 print(json.dumps({
@@ -90,17 +112,20 @@ print(json.dumps({
 			t.Errorf("%q as root: exit %d %q, want Operation not permitted", cmd, r.Code, r.Out)
 		}
 	}
-	t.Run("ping", func(t *testing.T) { checkPing(t, sbx) })
 }
 
-// checkPing: the default user pings loopback and the sandbox's own address
-// (ICMP datagram sockets), the gateway does not answer, and the sandbox still
-// reaches nothing on the host but what it is meant to.
-func checkPing(t *testing.T, sbx *sdk.Sandbox) {
+// checkPing: the default user pings loopback and, with own, the sandbox's own
+// address (ICMP datagram sockets; gVisor's netstack never answers an echo to
+// its own eth0 address, with or without this change); the gateway does not answer.
+func checkPing(t *testing.T, sbx *sdk.Sandbox, own bool) {
 	var addrs struct{ Own, Gw string }
 	probe(t, sbx, "", nil, `own, gw = route()
 print(json.dumps({"own": own, "gw": gw}))`, &addrs)
-	for _, dst := range []string{"127.0.0.1", addrs.Own} {
+	dsts := []string{"127.0.0.1"}
+	if own {
+		dsts = append(dsts, addrs.Own)
+	}
+	for _, dst := range dsts {
 		r := run(t, sbx, "", "ping -c 1 -W 5 "+dst)
 		if r.Code == 126 {
 			t.Fatalf("ping cannot be executed (%s): the template predates build recipe v2, which removes "+
