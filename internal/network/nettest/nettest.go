@@ -71,15 +71,24 @@ func ListenUDP(tb testing.TB, nsPath string, addr netip.Addr) *UDPSink {
 	return s
 }
 
-// Drain returns what arrived within wait (and before), payload -> source address.
-func (s *UDPSink) Drain(wait time.Duration) map[string]string {
+// Await collects what arrives, payload -> source address, until a datagram
+// with payload want has arrived (or max has passed) and then for grace more:
+// want is sent after (or with) the datagrams under test and proves the path
+// delivered, so grace only has to cover reordering, not a slow first packet.
+func (s *UDPSink) Await(want string, max, grace time.Duration) map[string]string {
 	got := map[string]string{}
-	deadline := time.After(wait)
+	deadline := time.After(max)
+	var after <-chan time.Time
 	for {
 		select {
 		case d := <-s.got:
 			got[d[0]] = d[1]
+			if d[0] == want && after == nil {
+				after = time.After(grace)
+			}
 		case <-deadline:
+			return got
+		case <-after:
 			return got
 		}
 	}
