@@ -242,6 +242,7 @@ func newUplink(tb testing.TB) uplink {
 	must(tb, err)
 	must(tb, ns.nl.AddrAdd(peer, &netlink.Addr{IPNet: ipnet(u.addr, 30)}))
 	must(tb, ns.nl.LinkSetUp(peer))
+	nettest.WaitUp(tb, hostName)
 	return u
 }
 

@@ -372,5 +372,6 @@ func newInternet(t *testing.T) *internet {
 			t.Fatalf("ip %v: %v: %s", args, err, out)
 		}
 	}
+	nettest.WaitUp(t, name)
 	return &internet{UDPSink: nettest.ListenUDP(t, filepath.Join(network.DefaultNetnsDir, name), far), host: host}
 }

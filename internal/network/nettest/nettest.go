@@ -8,7 +8,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,4 +95,18 @@ func (s *UDPSink) Await(want string, max, grace time.Duration) map[string]string
 			return got
 		}
 	}
+}
+
+// WaitUp waits (at most 10 s) until host interface ifname reports operstate
+// "up": a veth drops what it is given until the kernel's link watcher has
+// activated it, which can take a second on a loaded host.
+func WaitUp(tb testing.TB, ifname string) {
+	tb.Helper()
+	path := filepath.Join("/sys/class/net", ifname, "operstate")
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) == "up" {
+			return
+		}
+	}
+	tb.Fatalf("%s did not come up", ifname)
 }
