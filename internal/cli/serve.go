@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cubby-dev/cubby/internal/admission"
+	"github.com/cubby-dev/cubby/internal/network"
 	"github.com/cubby-dev/cubby/internal/pool"
 	"github.com/cubby-dev/cubby/internal/server"
 )
@@ -62,8 +63,9 @@ cubby keys create.`,
 	f.StringVar(&cfg.DataDir, "data-dir", "/var/lib/cubby", "directory for the database, templates and sandboxes")
 	f.StringVar(&cfg.TemplatesDir, "templates-dir", "", "directory of built templates (default <data-dir>/templates)")
 	f.StringVar(&cfg.Domain, "domain", "", "domain for <port>-<sandboxID>.<domain> host routing (returned to SDKs)")
-	f.StringVar(&cfg.Bridge, "bridge", "cubby0", "host bridge the sandboxes attach to")
-	f.StringVar(&subnet, "subnet", "10.77.0.0/16", "address range of the sandboxes")
+	f.StringVar(&cfg.Bridge, "bridge", network.DefaultBridge,
+		"host device (a bridge without ports) holding the sandboxes' gateway address; also names the nftables table cubby_<bridge> and the sandboxes' netns and links")
+	f.StringVar(&subnet, "subnet", network.DefaultSubnet.String(), "address range of the sandboxes, each routed over its own link")
 	f.StringVar(&cfg.RuncBinary, "runc", "runc", "runc binary")
 	f.StringVar(&cfg.RunscBinary, "runsc", "", "gVisor runsc binary (default: runsc next to the cubby binary, else on PATH)")
 	f.IntVar(&cfg.MemoryMB, "memory-mb", 1024, "memory limit of each sandbox in MiB (a cap, not a reservation): the default Python and JavaScript kernels of the code-interpreter template use ~300 MiB")

@@ -47,7 +47,7 @@ type Config struct {
 	DataDir         string               // holds cubby.db, templates/, sandboxes/, runc/
 	TemplatesDir    string               // built templates; default <DataDir>/templates (may be shared between servers)
 	Domain          string               // sandbox domain for <port>-<id>.<domain> hosts; "" = none
-	Bridge          string               // host bridge name, default "cubby0"
+	Bridge          string               // portless host bridge holding the sandboxes' gateway address, default network.DefaultBridge
 	Subnet          netip.Prefix         // sandbox addresses, default 10.77.0.0/16
 	RuncBinary      string               // default "runc" from PATH
 	RunscBinary     string               // gVisor runsc; default bin/runsc next to cubby, else PATH
@@ -93,10 +93,10 @@ func (c *Config) defaults() error {
 		return errors.New("data dir is required")
 	}
 	if c.Bridge == "" {
-		c.Bridge = "cubby0"
+		c.Bridge = network.DefaultBridge
 	}
 	if !c.Subnet.IsValid() {
-		c.Subnet = netip.MustParsePrefix("10.77.0.0/16")
+		c.Subnet = network.DefaultSubnet
 	}
 	if c.RuncBinary == "" {
 		c.RuncBinary = "runc"
