@@ -147,15 +147,7 @@ func TestForgedARPDoesNotRedirect(t *testing.T) {
 	if n := stolen.Load(); n != 0 {
 		t.Fatalf("the attacker received %d packets addressed to B", n)
 	}
-	link, err := netlink.LinkByName(b.HostVeth)
-	must(t, err)
-	bh, err := nsHandle(b.NetnsPath)
-	must(t, err)
-	defer bh.Close()
-	beth, err := bh.LinkByName("eth0")
-	must(t, err)
-	assertNeigh(t, "host link of B", func() ([]netlink.Neigh, error) { return netlink.NeighList(link.Attrs().Index, netlink.FAMILY_V4) },
-		b.Addr, beth.Attrs().HardwareAddr)
+	assertHostNeigh(t, b)
 }
 
 // TestBoundDialStaysOnItsLink: a host connection bound to A's link but

@@ -297,6 +297,21 @@ func assertNeigh(tb testing.TB, where string, list func() ([]netlink.Neigh, erro
 	tb.Errorf("%s: no permanent neighbour %s -> %s in %v", where, ip, mac, ns)
 }
 
+// assertHostNeigh checks that a's host link holds a permanent neighbour entry
+// for a's address with the MAC of its eth0.
+func assertHostNeigh(tb testing.TB, a Attachment) {
+	tb.Helper()
+	link, err := netlink.LinkByName(a.HostVeth)
+	must(tb, err)
+	h, err := nsHandle(a.NetnsPath)
+	must(tb, err)
+	defer h.Close()
+	eth, err := h.LinkByName("eth0")
+	must(tb, err)
+	assertNeigh(tb, "host link "+a.HostVeth, func() ([]netlink.Neigh, error) { return netlink.NeighList(link.Attrs().Index, netlink.FAMILY_V4) },
+		a.Addr, eth.Attrs().HardwareAddr)
+}
+
 // assertRoute checks that list holds a route to dst (invalid = default) with
 // gateway gw and preferred source src (either invalid = none).
 func assertRoute(tb testing.TB, where string, list func() ([]netlink.Route, error), dst netip.Prefix, gw, src netip.Addr) {

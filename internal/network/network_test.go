@@ -68,8 +68,7 @@ func checkSandboxEnd(t *testing.T, a Attachment, hostLink netlink.Link) {
 	defer h.Close()
 	eth, err := h.LinkByName("eth0")
 	must(t, err)
-	assertNeigh(t, "host", func() ([]netlink.Neigh, error) { return netlink.NeighList(hostLink.Attrs().Index, netlink.FAMILY_V4) },
-		a.Addr, eth.Attrs().HardwareAddr)
+	assertHostNeigh(t, a)
 	assertNeigh(t, "sandbox", func() ([]netlink.Neigh, error) { return h.NeighList(eth.Attrs().Index, netlink.FAMILY_V4) },
 		a.Gateway, hostLink.Attrs().HardwareAddr)
 	v4, err := h.AddrList(eth, netlink.FAMILY_V4)

@@ -2,8 +2,6 @@ package leaks
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -25,9 +23,7 @@ func TestScanFindsFirewallElements(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (netns, nftables)")
 	}
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	sfx := hex.EncodeToString(b)
+	sfx := testserver.RandHex(3)
 	subnet, err := testserver.FreeSubnet()
 	must(t, err)
 	cfg := network.Config{Bridge: "cbl" + sfx, Subnet: netip.MustParsePrefix(subnet), Prefix: "cbl" + sfx + "-",
