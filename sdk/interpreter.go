@@ -248,9 +248,11 @@ func (s *Sandbox) ciUnary(ctx context.Context, method, path string, body any, t 
 }
 
 // ciRequest sends a request to the code interpreter (port 49999, E2B wire
-// §4.1); the request timeout bounds the time to response headers. The access
-// token goes on every route: E2B needs it on /execute, and a Cubby server run
-// with --interpreter-auth all on the code-context routes too.
+// §4.1); the request timeout bounds the time to response headers. Both the
+// access token and the traffic token (when the server returned them) go on
+// every route: E2B needs the access token on /execute, a Cubby server accepts
+// either on every route of a secured sandbox, and the traffic token also
+// passes the gateway of a sandbox created with AllowPublicTraffic false.
 func (s *Sandbox) ciRequest(ctx, rctx context.Context, method, path string, body any, t target) (*http.Response, error) {
 	op := strings.ToLower(method) + " " + path
 	var rd io.Reader

@@ -262,8 +262,10 @@ func (s *Sandbox) EnvdVersion() string { return s.envdVersion }
 // It authorises every envd request (X-Access-Token, E2B wire §1.4).
 func (s *Sandbox) AccessToken() string { return s.accessToken }
 
-// TrafficAccessToken returns the token needed for the sandbox's public ports
-// when it was created with AllowPublicTraffic false, else "".
+// TrafficAccessToken returns the sandbox's traffic access token ("" when the
+// server returned none): sent as E2B-Traffic-Access-Token, it is required on
+// the sandbox's ports when it was created with AllowPublicTraffic false, and a
+// Cubby server accepts it on the code-interpreter routes of a secured sandbox.
 func (s *Sandbox) TrafficAccessToken() string { return s.trafficToken }
 
 // Domain returns the sandbox's domain: the server-returned one, else the

@@ -134,7 +134,7 @@ func (a *Agent) requireToken(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if !a.settings.CheckToken(r.Header.Get("X-Access-Token")) {
+		if !a.settings.CheckToken(r.Header.Get(headerAccessToken)) {
 			writeUnauthorized(w)
 			return
 		}
@@ -308,17 +308,25 @@ func (a *Agent) server(h http.Handler) *http.Server {
 
 // interpreterHandler serves the code interpreter behind interpreterAuth.
 func (a *Agent) interpreterHandler() http.Handler {
-	return interpreterAuth(a.interp.Handler(), a.settings, a.cfg.Boot.InterpreterAuth == agentapi.InterpreterAuthAll)
+	return interpreterAuth(a.interp.Handler(), a.settings)
 }
 
+// Headers that authenticate code-interpreter requests (E2B wire §1.4): the
+// official SDKs send the traffic token on every code-context call and the
+// access token on POST /execute.
+const (
+	headerAccessToken  = "X-Access-Token"
+	headerTrafficToken = "E2B-Traffic-Access-Token"
+)
+
 // interpreterAuth guards the code interpreter next of a sandbox with settings
-// s: once secured, POST /execute requires the access token (E2B wire §1.4);
-// with all set every other route does too, except GET /health. A missing or
-// wrong token gets 401 with envd's body.
-func interpreterAuth(next http.Handler, s *settings.Settings, all bool) http.Handler {
+// s: once secured, every route but /health requires the sandbox's access token
+// in X-Access-Token or its traffic access token in E2B-Traffic-Access-Token
+// (settings.CheckInterpreterToken). A missing or wrong token gets 401 with
+// envd's body and never reaches next.
+func interpreterAuth(next http.Handler, s *settings.Settings) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		open := r.URL.Path == "/health" || (!all && r.URL.Path != "/execute")
-		if !open && !s.CheckToken(r.Header.Get("X-Access-Token")) {
+		if r.URL.Path != "/health" && !s.CheckInterpreterToken(r.Header.Get(headerAccessToken), r.Header.Get(headerTrafficToken)) {
 			writeUnauthorized(w)
 			return
 		}

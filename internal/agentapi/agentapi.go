@@ -36,6 +36,13 @@ type InitRequest struct {
 	// AccessToken, when non-empty, secures the agent: every request except
 	// GET /health must carry it in X-Access-Token (or a /files URL signature).
 	AccessToken string `json:"accessToken,omitempty"`
+	// TrafficAccessToken is the sandbox's trafficAccessToken (the create and
+	// connect responses' field, E2B wire §1.4). On a secured agent it is the
+	// other credential the code interpreter (port 49999) accepts, in header
+	// E2B-Traffic-Access-Token: the official code-interpreter SDKs send it on
+	// every code-context call and X-Access-Token only on POST /execute. envd
+	// routes (port 49983) never accept it. "" = only X-Access-Token is accepted.
+	TrafficAccessToken string `json:"trafficAccessToken,omitempty"`
 	// DefaultUser is the user requests run as when they name none ("user").
 	DefaultUser string `json:"defaultUser,omitempty"`
 	// DefaultWorkdir is the directory an empty path and a process without cwd resolve to.
@@ -69,36 +76,13 @@ type BootOptions struct {
 	// kernels (nil = numpy, pandas, matplotlib and matplotlib.pyplot, those
 	// installed; empty = none: smaller kernels, slower first import).
 	PythonPreload []string
-	// InterpreterAuth says which code-interpreter routes of a secured sandbox
-	// need its access token: InterpreterAuthExecute ("" means it) or
-	// InterpreterAuthAll.
-	InterpreterAuth string
 }
 
 // Boot option flags of `cubby agent`.
 const (
 	FlagDefaultContexts = "default-contexts"
 	FlagPythonPreload   = "python-preload"
-	FlagInterpreterAuth = "interpreter-auth"
 )
-
-// Values of BootOptions.InterpreterAuth.
-const (
-	// InterpreterAuthExecute requires X-Access-Token on POST /execute only, as
-	// E2B does: the official code-interpreter SDKs (JS 2.8.0, Python 2.11.5)
-	// send it there and nowhere else on port 49999.
-	InterpreterAuthExecute = "execute"
-	// InterpreterAuthAll requires it on every route but GET /health, so no one
-	// without the token can list, create, restart or delete code contexts. The
-	// official SDKs' code-context calls then fail with 401; Cubby's Go SDK and
-	// CLI send the token on every call.
-	InterpreterAuthAll = "all"
-)
-
-// ValidInterpreterAuth reports whether v is a value of BootOptions.InterpreterAuth.
-func ValidInterpreterAuth(v string) bool {
-	return v == "" || v == InterpreterAuthExecute || v == InterpreterAuthAll
-}
 
 // IdleTimeout is how long the agent keeps an idle keep-alive connection open.
 // Host-side clients of the agent (the gateway's upstream transport keeps idle
@@ -114,9 +98,6 @@ func (o BootOptions) Args() []string {
 	}
 	if o.PythonPreload != nil {
 		args = append(args, "--"+FlagPythonPreload+"="+strings.Join(o.PythonPreload, ","))
-	}
-	if o.InterpreterAuth != "" && o.InterpreterAuth != InterpreterAuthExecute {
-		args = append(args, "--"+FlagInterpreterAuth+"="+o.InterpreterAuth)
 	}
 	return args
 }

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"fmt"
 	"os"
 	"strings"
 
@@ -13,7 +12,7 @@ import (
 )
 
 func newAgentCmd() *cobra.Command {
-	var addr, interpAuth string
+	var addr, retired string
 	var contexts, preload []string
 	cmd := &cobra.Command{
 		Use:    "agent",
@@ -30,37 +29,28 @@ func newAgentCmd() *cobra.Command {
 			}
 			agent.PrewarmThreads(48)
 			cfg := agent.Config{Addr: addr, Log: logger(cmd, true)}
-			if err := checkInterpreterAuth(interpAuth); err != nil {
-				return err
-			}
 			cfg.Boot = bootOptions(cmd, contexts, preload)
-			cfg.Boot.InterpreterAuth = interpAuth
 			a := agent.New(cfg)
 			return a.Serve(cmd.Context())
 		},
 	}
 	cmd.Flags().StringVar(&addr, "listen", ":49983", "envd listen address")
 	addBootFlags(cmd, &contexts, &preload)
-	addInterpreterAuthFlag(cmd, &interpAuth)
+	addRetiredFlags(cmd, &retired)
 	return cmd
 }
 
-// checkInterpreterAuth validates the value of --interpreter-auth.
-func checkInterpreterAuth(v string) error {
-	if !agentapi.ValidInterpreterAuth(v) {
-		return fmt.Errorf("--%s %q: want %s or %s", agentapi.FlagInterpreterAuth, v,
-			agentapi.InterpreterAuthExecute, agentapi.InterpreterAuthAll)
-	}
-	return nil
-}
+// retiredInterpreterAuth is the flag earlier servers put on the agent command
+// line of sandboxes they created (--interpreter-auth=all). A filesystem-paused
+// sandbox keeps that command line, so the agent still accepts the flag, hidden,
+// and ignores it: every code-interpreter route now needs a token anyway.
+const retiredInterpreterAuth = "interpreter-auth"
 
-// addInterpreterAuthFlag declares --interpreter-auth, shared by `agent` and
-// `serve` (which passes it on to every sandbox's agent).
-func addInterpreterAuthFlag(cmd *cobra.Command, v *string) {
-	cmd.Flags().StringVar(v, agentapi.FlagInterpreterAuth, agentapi.InterpreterAuthExecute,
-		"code-interpreter routes (port 49999) of a secured sandbox that need its access token: "+
-			agentapi.InterpreterAuthExecute+" (as E2B: POST /execute; the official SDKs send the token nowhere else) or "+
-			agentapi.InterpreterAuthAll+" (every route but /health; the official SDKs' code-context calls then fail with 401)")
+// addRetiredFlags declares the agent flags kept only so that sandboxes
+// created by earlier servers still boot; their values are ignored.
+func addRetiredFlags(cmd *cobra.Command, v *string) {
+	cmd.Flags().StringVar(v, retiredInterpreterAuth, "", "ignored: every code-interpreter route of a secured sandbox needs a token")
+	_ = cmd.Flags().MarkHidden(retiredInterpreterAuth)
 }
 
 // addBootFlags declares the code-interpreter boot flags shared by `agent` and

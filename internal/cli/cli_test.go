@@ -204,3 +204,18 @@ func TestSavePNG(t *testing.T) {
 		t.Errorf("printed %q, want %q", got, want)
 	}
 }
+
+// TestRetiredAgentFlags: the agent still parses the command line earlier
+// servers gave sandboxes they created (a filesystem-paused one boots with it
+// again), while serve no longer has --interpreter-auth.
+func TestRetiredAgentFlags(t *testing.T) {
+	if err := newAgentCmd().ParseFlags([]string{"--interpreter-auth=all", "--default-contexts=python"}); err != nil {
+		t.Fatalf("agent with an earlier server's flags: %v", err)
+	}
+	if f := newAgentCmd().Flags().Lookup("interpreter-auth"); f == nil || !f.Hidden {
+		t.Fatalf("--interpreter-auth of agent = %+v, want a hidden flag", f)
+	}
+	if err := newServeCmd().ParseFlags([]string{"--interpreter-auth=all"}); err == nil {
+		t.Fatal("serve accepted --interpreter-auth")
+	}
+}

@@ -15,7 +15,7 @@ import (
 
 func newServeCmd() *cobra.Command {
 	var cfg server.Config
-	var subnet, interpAuth string
+	var subnet string
 	var pools, contexts, preload []string
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -38,11 +38,7 @@ cubby keys create.`,
 				return fmt.Errorf("--subnet: %w", err)
 			}
 			cfg.Subnet = p
-			if err := checkInterpreterAuth(interpAuth); err != nil {
-				return err
-			}
 			cfg.Boot = bootOptions(cmd, contexts, preload)
-			cfg.Boot.InterpreterAuth = interpAuth
 			for _, spec := range pools {
 				t, err := pool.ParseTarget(spec)
 				if err != nil {
@@ -74,7 +70,6 @@ cubby keys create.`,
 	addBootFlags(cmd, &contexts, &preload)
 	f.StringArrayVar(&pools, "pool", nil, "keep a warm pool: TEMPLATE=SIZE booted sandboxes that creates claim in milliseconds (repeatable)")
 	f.IntVar(&cfg.PoolMemoryMB, "pool-memory-mb", 0, "memory budget of the warm pools in MiB, measured from their cgroups (default a quarter of the host's RAM)")
-	addInterpreterAuthFlag(cmd, &interpAuth)
 	addLimitFlags(cmd, &cfg)
 	return cmd
 }

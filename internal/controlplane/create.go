@@ -41,7 +41,7 @@ type createSpec struct {
 	allowNet  *bool
 	network   json.RawMessage
 	lifecycle store.Lifecycle
-	traffic   bool // trafficAccessToken required (network.allowPublicTraffic=false)
+	traffic   bool // trafficAccessToken required on public ports (network.allowPublicTraffic=false)
 }
 
 // specFromBody validates a create body; secure and defTTL depend on the API version.
@@ -274,7 +274,7 @@ func (s *Service) startInstance(ctx context.Context, rec *store.Sandbox, ref Tem
 
 // poolRequest is the create request a warm sandbox of template boots with: the
 // server's sandbox defaults, internet access, and an init without env vars or
-// access token (Claim sends the real one).
+// tokens (Claim sends the real one).
 func (s *Service) poolRequest(ctx context.Context, template string) (backend.CreateRequest, error) {
 	ref, err := s.templates.Resolve(ctx, template)
 	if err != nil {
@@ -282,7 +282,7 @@ func (s *Service) poolRequest(ctx context.Context, template string) (backend.Cre
 	}
 	sp := createSpec{template: template}
 	req := s.createRequest(s.newRecord(sp, ref), ref, sp)
-	req.Init.EnvVars, req.Init.AccessToken = nil, ""
+	req.Init.EnvVars, req.Init.AccessToken, req.Init.TrafficAccessToken = nil, "", ""
 	return req, nil
 }
 
@@ -307,9 +307,12 @@ func (s *Service) newRecord(sp createSpec, ref TemplateRef) store.Sandbox {
 	if sp.secure {
 		rec.AccessToken = newToken()
 	}
-	if sp.traffic {
+	if sp.secure || sp.traffic {
+		// The code interpreter of a secured sandbox takes the traffic token as
+		// the official SDKs' credential on its code-context routes.
 		rec.TrafficToken = newToken()
 	}
+	rec.PrivateTraffic = sp.traffic
 	return rec
 }
 
@@ -320,7 +323,7 @@ func (s *Service) createRequest(rec store.Sandbox, ref TemplateRef, sp createSpe
 		NoInternet: sp.allowNet != nil && !*sp.allowNet,
 		Boot:       s.cfg.Boot,
 		Init: agentapi.InitRequest{
-			EnvVars: sp.envVars, AccessToken: rec.AccessToken,
+			EnvVars: sp.envVars, AccessToken: rec.AccessToken, TrafficAccessToken: rec.TrafficToken,
 			DefaultUser: defaultUser, DefaultWorkdir: defaultWorkdir, Timestamp: time.Now(),
 		},
 	}

@@ -34,25 +34,28 @@ func TestCreateV2AndGetInfo(t *testing.T) {
 		t.Fatalf("sandboxID %q", id)
 	}
 	want := map[string]any{"templateID": "tplbase1", "alias": "base", "clientID": clientID,
-		"envdVersion": agentapi.EnvdVersion, "domain": "sbx.example", "trafficAccessToken": nil}
+		"envdVersion": agentapi.EnvdVersion, "domain": "sbx.example"}
 	for k, v := range want {
 		if got, ok := raw[k]; !ok || got != v {
 			t.Errorf("%s = %v (present %v), want %v", k, got, ok, v)
 		}
 	}
 	token, _ := raw["envdAccessToken"].(string)
-	if len(token) != 64 {
-		t.Fatalf("v2 envdAccessToken = %q", token)
+	traffic, _ := raw["trafficAccessToken"].(string)
+	if len(token) != 64 || len(traffic) != 64 || traffic == token {
+		t.Fatalf("v2 envdAccessToken = %q, trafficAccessToken = %q", token, traffic)
 	}
 	req := h.fake.lastCreate()
 	if req.SandboxID != id || req.RootfsDir != "/rootfs/base" || req.CPUCount != 2 || req.MemoryMB != 512 || req.DiskSizeMB != 1024 {
 		t.Fatalf("backend request = %+v", req)
 	}
-	if req.Init.AccessToken != token || req.Init.EnvVars["FOO"] != "bar" || req.Init.DefaultUser != "user" || req.Init.DefaultWorkdir != "/home/user" {
+	if req.Init.AccessToken != token || req.Init.TrafficAccessToken != traffic || req.Init.EnvVars["FOO"] != "bar" ||
+		req.Init.DefaultUser != "user" || req.Init.DefaultWorkdir != "/home/user" {
 		t.Fatalf("init = %+v", req.Init)
 	}
+	// Public traffic is allowed: the gateway requires no token on its ports.
 	rt, ok := h.svc.Route(id)
-	if !ok || !rt.Running || rt.AccessToken != token || !rt.Addr.IsValid() || rt.HostIface == "" {
+	if !ok || !rt.Running || rt.AccessToken != token || rt.TrafficToken != "" || !rt.Addr.IsValid() || rt.HostIface == "" {
 		t.Fatalf("route = %+v, %v", rt, ok)
 	}
 
@@ -91,7 +94,7 @@ func TestCreateV1SecureAndDefaults(t *testing.T) {
 	}
 	var raw map[string]any
 	r.json(t, &raw)
-	if _, ok := raw["envdAccessToken"]; ok {
+	if _, ok := raw["envdAccessToken"]; ok || raw["trafficAccessToken"] != nil {
 		t.Fatalf("unsecured v1 sandbox got a token: %s", r.body)
 	}
 	if v, ok := raw["domain"]; !ok || v != nil {
@@ -110,8 +113,8 @@ func TestCreateV1SecureAndDefaults(t *testing.T) {
 	}
 	raw = nil
 	r.json(t, &raw)
-	if tok, _ := raw["envdAccessToken"].(string); tok == "" {
-		t.Fatalf("secure v1 without token: %s", r.body)
+	if tok, _ := raw["envdAccessToken"].(string); tok == "" || raw["trafficAccessToken"] == nil {
+		t.Fatalf("secure v1 without tokens: %s", r.body)
 	}
 	info := h.do("GET", "/sandboxes/"+raw["sandboxID"].(string), nil)
 	var d map[string]any
@@ -350,6 +353,12 @@ func TestPauseConnectResume(t *testing.T) {
 	if r.status != http.StatusCreated {
 		t.Fatalf("resume: %d %s", r.status, r.body)
 	}
+	var tokens struct{ EnvdAccessToken, TrafficAccessToken string }
+	r.json(t, &tokens)
+	if rec := h.record(id); tokens.TrafficAccessToken == "" || tokens.TrafficAccessToken != rec.TrafficToken ||
+		tokens.EnvdAccessToken != rec.AccessToken || h.fake.lastCreate().Init.TrafficAccessToken != rec.TrafficToken {
+		t.Fatalf("resumed sandbox's tokens %+v, record %+v", tokens, rec)
+	}
 	if rt, _ := h.svc.Route(id); !rt.Running {
 		t.Fatal("resumed sandbox not running")
 	}
@@ -427,6 +436,7 @@ func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 func TestRecoveryAfterRestart(t *testing.T) {
 	h := newHarness(t, Config{})
 	keep := h.create(map[string]any{"timeout": 600, "metadata": map[string]string{"k": "v"}})
+	private := h.create(map[string]any{"timeout": 600, "network": map[string]any{"allowPublicTraffic": false}})
 	lost := h.create(map[string]any{"timeout": 600})
 	overdue := h.create(map[string]any{"timeout": 600})
 	paused := h.create(map[string]any{"timeout": 600})
@@ -451,6 +461,17 @@ func TestRecoveryAfterRestart(t *testing.T) {
 	}
 	if rt, ok := h.svc.Route(paused); !ok || rt.Running {
 		t.Fatalf("paused route = %+v, %v", rt, ok)
+	}
+	// Traffic tokens survive: the private sandbox's ports still need its own,
+	// the public one's need none, and connect returns the same token.
+	if rt, _ := h.svc.Route(private); rt.TrafficToken == "" || rt.TrafficToken != h.record(private).TrafficToken {
+		t.Fatalf("private route after restart = %+v", rt)
+	}
+	var tokens struct{ TrafficAccessToken string }
+	h.do("POST", "/sandboxes/"+keep+"/connect", map[string]any{"timeout": 600}).json(t, &tokens)
+	if rt, _ := h.svc.Route(keep); rt.TrafficToken != "" || tokens.TrafficAccessToken == "" ||
+		tokens.TrafficAccessToken != h.record(keep).TrafficToken {
+		t.Fatalf("public route after restart = %+v, connect gave %q", rt, tokens.TrafficAccessToken)
 	}
 	var d struct{ Metadata map[string]string }
 	h.do("GET", "/sandboxes/"+keep, nil).json(t, &d)

@@ -49,7 +49,7 @@ func newSandbox(r store.Sandbox, in backend.Instance, ticket *admission.Ticket, 
 		ticket:  ticket,
 		metrics: newRing(ringSize),
 		route: Route{Addr: in.Addr, HostIface: in.HostIface, Running: !in.Paused, AutoResume: r.Lifecycle.AutoResume,
-			AccessToken: r.AccessToken, TrafficToken: r.TrafficToken},
+			AccessToken: r.AccessToken, TrafficToken: publicPortsToken(r)},
 		endAt:           r.EndAt,
 		onTimeout:       r.Lifecycle.OnTimeout,
 		autoPauseMemory: r.Lifecycle.AutoPauseMemory,
@@ -61,6 +61,16 @@ func newSandbox(r store.Sandbox, in backend.Instance, ticket *admission.Ticket, 
 		}
 	}
 	return sb
+}
+
+// publicPortsToken is the token the gateway requires on the ports of r but
+// envd's: its traffic token when created with allowPublicTraffic false, else
+// none (a secured sandbox's traffic token then serves its code interpreter only).
+func publicPortsToken(r store.Sandbox) string {
+	if !r.PrivateTraffic {
+		return ""
+	}
+	return r.TrafficToken
 }
 
 // running reports whether the sandbox is live and not paused.

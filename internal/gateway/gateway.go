@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/cubby-dev/cubby/internal/agentapi"
 )
 
 // Header names and ports of the sandbox side (E2B wire §1.3, §1.4).
@@ -25,7 +27,8 @@ const (
 	// HeaderSandboxPort carries the in-sandbox TCP port (1–65535) on header-routed requests.
 	HeaderSandboxPort = "E2b-Sandbox-Port"
 	// HeaderTrafficToken carries the traffic access token required on non-envd ports
-	// of sandboxes created with allowPublicTraffic:false.
+	// of sandboxes created with allowPublicTraffic:false. It is forwarded to the
+	// code-interpreter port only, whose agent accepts it as a credential.
 	HeaderTrafficToken = "E2b-Traffic-Access-Token"
 	// EnvdPort is the port of envd (the in-sandbox agent); it is exempt from the
 	// traffic token and is the port signed /files URLs are routed to.
@@ -160,7 +163,11 @@ func (g *Gateway) serveRoute(w http.ResponseWriter, r *http.Request, route Route
 
 	pt := &proxyTarget{id: route.SandboxID, addr: t.Addr, iface: t.HostIface, port: route.Port, stream: cs}
 	out := r.WithContext(context.WithValue(ctx, proxyTargetKey{}, pt))
-	out.Header.Del(HeaderTrafficToken)
+	if route.Port != agentapi.InterpreterPort {
+		// The code interpreter takes the traffic token as a credential (see
+		// agentapi.InitRequest); no other service in the sandbox needs it.
+		out.Header.Del(HeaderTrafficToken)
+	}
 	// The upstream transport reads the client's body while the response is relayed
 	// (it checks for EOF after Content-Length bytes, and streams longer bodies). An
 	// HTTP/1 server not in full-duplex mode consumes and closes that body as soon as

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/filesig"
 )
 
@@ -176,6 +177,35 @@ func TestTrafficToken(t *testing.T) {
 	code, body, _ := do(t, e.client, e.request(t, http.MethodGet, "/health", idEnvd, EnvdPort, ""))
 	if code != http.StatusOK || !strings.HasPrefix(body, "sbx=envd") {
 		t.Fatalf("envd port without traffic token: %d %q", code, body)
+	}
+	r := e.request(t, http.MethodGet, "/health", idEnvd, EnvdPort, "")
+	r.Header.Set("E2B-Traffic-Access-Token", "tt-secret")
+	if code, body, _ := do(t, e.client, r); code != http.StatusOK || !strings.Contains(body, `traffic=""`) {
+		t.Fatalf("traffic token forwarded to envd: %d %q", code, body)
+	}
+}
+
+// TestTrafficTokenReachesInterpreter: the code interpreter's agent takes the
+// traffic token as a credential, so the gateway forwards it to port 49999
+// (and still checks it first when public traffic is not allowed).
+func TestTrafficTokenReachesInterpreter(t *testing.T) {
+	e := newEnv(t)
+	ci := startSandbox(t, agentapi.InterpreterPort, echoHandler("ci"))
+	public, private := randomID(), randomID()
+	e.cp.set(Target{ID: public, Addr: ci.addr, Running: true, AccessToken: "at"})
+	e.cp.set(Target{ID: private, Addr: ci.addr, Running: true, AccessToken: "at", TrafficToken: "tt-secret"})
+	for _, tc := range []struct {
+		id, token string
+		want      int
+	}{{public, "", http.StatusOK}, {public, "tt-other", http.StatusOK}, {private, "tt-secret", http.StatusOK}, {private, "", http.StatusForbidden}} {
+		r := e.request(t, http.MethodGet, "/contexts", tc.id, agentapi.InterpreterPort, "")
+		if tc.token != "" {
+			r.Header.Set("E2B-Traffic-Access-Token", tc.token)
+		}
+		code, body, _ := do(t, e.client, r)
+		if code != tc.want || (code == http.StatusOK && !strings.Contains(body, fmt.Sprintf("traffic=%q", tc.token))) {
+			t.Errorf("%s with token %q: %d %q, want %d with the token forwarded", tc.id, tc.token, code, body, tc.want)
+		}
 	}
 }
 

@@ -67,6 +67,11 @@ func migrations() []string {
 		// are dropped; MarkKilled drops them from then on. Open then rewrites the
 		// file so no copy survives in free space (see scrubMigration).
 		`UPDATE sandboxes SET access_token = '', traffic_token = '', env_vars = '{}' WHERE state = 'killed';`,
+		// 4: private_traffic records network.allowPublicTraffic=false on its own,
+		// now that every secured sandbox has a traffic token (the code interpreter
+		// accepts it); until now a traffic token meant exactly that.
+		`ALTER TABLE sandboxes ADD COLUMN private_traffic INTEGER NOT NULL DEFAULT 0;
+	UPDATE sandboxes SET private_traffic = 1 WHERE traffic_token != '';`,
 	}
 }
 

@@ -45,7 +45,8 @@ type Sandbox struct {
 	State               State
 	Secure              bool
 	AccessToken         string // envd access token; "" when unsecured or killed
-	TrafficToken        string // "" when public traffic is allowed or killed
+	TrafficToken        string // trafficAccessToken; "" when unsecured with public traffic allowed, or killed
+	PrivateTraffic      bool   // network.allowPublicTraffic was false: ports but envd's need TrafficToken
 	AllowInternetAccess *bool
 	Network             json.RawMessage // create-time network config JSON; nil when absent
 	Lifecycle           Lifecycle
@@ -57,7 +58,7 @@ type Sandbox struct {
 
 const sandboxColumns = `id, template_id, template_alias, metadata, env_vars, cpu_count, memory_mb,
 	disk_mb, started_at, end_at, state, secure, access_token, traffic_token,
-	allow_internet_access, network, lifecycle, runtime, addr, killed_at, kill_reason, team`
+	allow_internet_access, network, lifecycle, runtime, addr, killed_at, kill_reason, team, private_traffic`
 
 // InsertSandbox adds a new sandbox record. A duplicate ID is an error.
 func (s *Store) InsertSandbox(ctx context.Context, sb Sandbox) error {
@@ -100,7 +101,7 @@ func sandboxArgs(sb Sandbox) ([]any, error) {
 	return []any{sb.ID, sb.TemplateID, sb.TemplateAlias, string(meta), string(env), sb.CPUCount,
 		sb.MemoryMB, sb.DiskSizeMB, toMS(sb.StartedAt), toMS(sb.EndAt), string(sb.State), sb.Secure,
 		sb.AccessToken, sb.TrafficToken, allow, network, string(life), sb.Runtime, addrString(sb.Addr),
-		nullMS(sb.KilledAt), sb.KillReason, team}, nil
+		nullMS(sb.KilledAt), sb.KillReason, team, sb.PrivateTraffic}, nil
 }
 
 func nonNil(m map[string]string) map[string]string {
@@ -130,7 +131,7 @@ func scanSandbox(row rowScanner) (Sandbox, error) {
 	)
 	err := row.Scan(&sb.ID, &sb.TemplateID, &sb.TemplateAlias, &meta, &env, &sb.CPUCount, &sb.MemoryMB,
 		&sb.DiskSizeMB, &started, &end, &state, &sb.Secure, &sb.AccessToken, &sb.TrafficToken,
-		&allow, &network, &life, &sb.Runtime, &adr, &killed, &sb.KillReason, &sb.Team)
+		&allow, &network, &life, &sb.Runtime, &adr, &killed, &sb.KillReason, &sb.Team, &sb.PrivateTraffic)
 	if err != nil {
 		return Sandbox{}, err
 	}

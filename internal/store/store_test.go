@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"net/netip"
 	"path/filepath"
@@ -60,6 +61,7 @@ func TestSandboxRoundTrip(t *testing.T) {
 	in := rec("abc", time.UnixMilli(1_700_000_000_123).UTC(), map[string]string{"k y": "v&1"})
 	in.AllowInternetAccess = &allow
 	in.Network = []byte(`{"allowPublicTraffic":false}`)
+	in.TrafficToken, in.PrivateTraffic = "traffic", true
 	in.Addr = netip.MustParseAddr("10.77.0.5")
 	in.Lifecycle = Lifecycle{OnTimeout: "pause", AutoResume: true}
 	if err := s.InsertSandbox(ctx, in); err != nil {
@@ -74,6 +76,43 @@ func TestSandboxRoundTrip(t *testing.T) {
 	}
 	if _, err := s.GetSandbox(ctx, "nope"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("missing: %v", err)
+	}
+}
+
+// TestPrivateTrafficMigration opens a database at schema version 3, where a
+// traffic token meant allowPublicTraffic=false, and finds that recorded apart.
+func TestPrivateTrafficMigration(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cubby.db")
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range migrations()[:3] {
+		if _, err := db.Exec(m); err != nil {
+			t.Fatalf("migration %d: %v", i+1, err)
+		}
+	}
+	for _, q := range []string{
+		"PRAGMA user_version = 3",
+		`INSERT INTO sandboxes (id, template_id, cpu_count, memory_mb, disk_mb, started_at, end_at, state, access_token,
+			traffic_token) VALUES ('private1', 't', 1, 1, 1, 0, 0, 'running', 'a1', 't1'), ('public1', 't', 1, 1, 1, 0, 0, 'running', 'a2', '')`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for id, want := range map[string]bool{"private1": true, "public1": false} {
+		if got, err := s.GetSandbox(context.Background(), id); err != nil || got.PrivateTraffic != want {
+			t.Errorf("%s after migration: PrivateTraffic %v, %v; want %v", id, got.PrivateTraffic, err, want)
+		}
 	}
 }
 

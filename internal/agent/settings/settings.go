@@ -1,6 +1,7 @@
 // Package settings holds the agent's sandbox-level configuration, set by the
 // control plane through POST /init: default environment variables, default user
-// and workdir, and the access token that secures the envd protocol.
+// and workdir, the access token that secures the envd protocol and the traffic
+// access token the code interpreter accepts too.
 package settings
 
 import (
@@ -19,11 +20,12 @@ const (
 
 // Settings is safe for concurrent use; the zero value is not usable, call New.
 type Settings struct {
-	mu          sync.RWMutex
-	envVars     map[string]string
-	user        string
-	workdir     string
-	accessToken string
+	mu           sync.RWMutex
+	envVars      map[string]string
+	user         string
+	workdir      string
+	accessToken  string
+	trafficToken string
 }
 
 // New returns settings with E2B's defaults: user "user", workdir "/home/user",
@@ -33,7 +35,8 @@ func New() *Settings {
 }
 
 // Apply merges an /init request: env vars are replaced when given, the user and
-// workdir when non-empty, and the access token whenever the request names one.
+// workdir when non-empty, and the access and traffic tokens whenever the
+// request names them.
 func (s *Settings) Apply(req agentapi.InitRequest) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -48,6 +51,9 @@ func (s *Settings) Apply(req agentapi.InitRequest) {
 	}
 	if req.AccessToken != "" {
 		s.accessToken = req.AccessToken
+	}
+	if req.TrafficAccessToken != "" {
+		s.trafficToken = req.TrafficAccessToken
 	}
 }
 
@@ -90,4 +96,24 @@ func (s *Settings) CheckToken(tok string) bool {
 		return true
 	}
 	return subtle.ConstantTimeCompare([]byte(tok), []byte(want)) == 1
+}
+
+// CheckInterpreterToken reports whether a code-interpreter request carrying
+// access (its X-Access-Token) and traffic (its E2B-Traffic-Access-Token) may
+// proceed: either must equal the sandbox's access or traffic token
+// respectively, both compared in constant time. With no access token set
+// (unsecured sandbox) every request may; an empty traffic token set never
+// matches.
+func (s *Settings) CheckInterpreterToken(access, traffic string) bool {
+	s.mu.RLock()
+	wantAccess, wantTraffic := s.accessToken, s.trafficToken
+	s.mu.RUnlock()
+	if wantAccess == "" {
+		return true
+	}
+	ok := subtle.ConstantTimeCompare([]byte(access), []byte(wantAccess))
+	if wantTraffic != "" {
+		ok |= subtle.ConstantTimeCompare([]byte(traffic), []byte(wantTraffic))
+	}
+	return ok == 1
 }
