@@ -77,31 +77,12 @@ func TestMarkKilledDropsSecrets(t *testing.T) {
 // TestScrubMigration opens a database at schema version 2 holding a killed
 // sandbox's secrets (as every release before the scrub kept them).
 func TestScrubMigration(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "cubby.db")
 	const secret = "old-s3cr3t-c0ffee"
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, m := range migrations()[:2] {
-		if _, err := db.Exec(m); err != nil {
-			t.Fatalf("migration %d: %v", i+1, err)
-		}
-	}
-	for _, q := range []string{
-		"PRAGMA user_version = 2",
+	path := oldDatabase(t, 2,
 		fmt.Sprintf(`INSERT INTO sandboxes (id, template_id, cpu_count, memory_mb, disk_mb, started_at, end_at, state,
 			access_token, traffic_token, env_vars) VALUES ('dead1', 't', 1, 1, 1, 0, 0, 'killed', '%[1]s-access', '%[1]s-traffic',
 			'{"K":"%[1]s-env"}'), ('live1', 't', 1, 1, 1, 0, 0, 'running', 'live-access', '', '{"K":"live-env"}')`, secret),
-		"PRAGMA wal_checkpoint(TRUNCATE)",
-	} {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
+		"PRAGMA wal_checkpoint(TRUNCATE)")
 	if f := fileHolds(t, path, secret+"-env"); f == "" {
 		t.Fatal("test setup: the old secret is not on disk")
 	}
@@ -196,4 +177,30 @@ func TestTeams(t *testing.T) {
 	if all, _ := s.ListSandboxes(ctx, SandboxFilter{}); len(all) != 2 {
 		t.Errorf("unfiltered list = %d records", len(all))
 	}
+}
+
+// oldDatabase creates a database at schema version (the first version
+// migrations applied), runs queries on it and returns its path, closed.
+func oldDatabase(t *testing.T, version int, queries ...string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "cubby.db")
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for i, m := range migrations()[:version] {
+		if _, err := db.Exec(m); err != nil {
+			t.Fatalf("migration %d: %v", i+1, err)
+		}
+	}
+	for _, q := range append([]string{fmt.Sprintf("PRAGMA user_version = %d", version)}, queries...) {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

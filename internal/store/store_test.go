@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"net/netip"
 	"path/filepath"
@@ -82,28 +81,8 @@ func TestSandboxRoundTrip(t *testing.T) {
 // TestPrivateTrafficMigration opens a database at schema version 3, where a
 // traffic token meant allowPublicTraffic=false, and finds that recorded apart.
 func TestPrivateTrafficMigration(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "cubby.db")
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, m := range migrations()[:3] {
-		if _, err := db.Exec(m); err != nil {
-			t.Fatalf("migration %d: %v", i+1, err)
-		}
-	}
-	for _, q := range []string{
-		"PRAGMA user_version = 3",
-		`INSERT INTO sandboxes (id, template_id, cpu_count, memory_mb, disk_mb, started_at, end_at, state, access_token,
-			traffic_token) VALUES ('private1', 't', 1, 1, 1, 0, 0, 'running', 'a1', 't1'), ('public1', 't', 1, 1, 1, 0, 0, 'running', 'a2', '')`,
-	} {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
+	path := oldDatabase(t, 3, `INSERT INTO sandboxes (id, template_id, cpu_count, memory_mb, disk_mb, started_at, end_at, state,
+		access_token, traffic_token) VALUES ('private1', 't', 1, 1, 1, 0, 0, 'running', 'a1', 't1'), ('public1', 't', 1, 1, 1, 0, 0, 'running', 'a2', '')`)
 	s, err := Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)

@@ -202,15 +202,7 @@ func TestTrafficTokenKept(t *testing.T) {
 	if _, err := sbx.Pause(ctx, &sdk.PauseOptions{KeepMemory: new(false)}); err != nil {
 		t.Fatalf("pause to the filesystem: %v", err)
 	}
-	resumed, err := sdk.Connect(ctx, sbx.ID(), &sdk.ConnectOptions{ConnectionOptions: s.conn("")})
-	if err != nil {
-		t.Fatalf("resume: %v", err)
-	}
-	defer resumed.Close()
-	if resumed.TrafficAccessToken() != traffic {
-		t.Fatalf("connect after the pause returned trafficAccessToken %q, want %q", resumed.TrafficAccessToken(), traffic)
-	}
-	guarded(t, s, sbx.ID(), traffic, "after a filesystem pause and resume")
+	connectGuarded(ctx, t, s, sbx.ID(), traffic, "after a filesystem pause and resume")
 	var ctxID struct{ ID string }
 	_ = json.Unmarshal([]byte(made), &ctxID)
 	if _, list := s.sandboxCall(t, sbx.ID(), interpreterPort, creds{"", traffic}, "GET", "/contexts", ""); ctxID.ID == "" || strings.Contains(list, ctxID.ID) {
@@ -221,15 +213,22 @@ func TestTrafficTokenKept(t *testing.T) {
 	if err := s.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	again, err := sdk.Connect(ctx, sbx.ID(), &sdk.ConnectOptions{ConnectionOptions: s.conn("")})
+	connectGuarded(ctx, t, s, sbx.ID(), traffic, "after a server restart")
+}
+
+// connectGuarded connects to sandbox id (resuming it when paused), wants
+// traffic as its trafficAccessToken and checks it is guarded.
+func connectGuarded(ctx context.Context, t *testing.T, s *server, id, traffic, when string) {
+	t.Helper()
+	sbx, err := sdk.Connect(ctx, id, &sdk.ConnectOptions{ConnectionOptions: s.conn("")})
 	if err != nil {
-		t.Fatalf("connect after the restart: %v", err)
+		t.Fatalf("%s: connect: %v", when, err)
 	}
-	defer again.Close()
-	if again.TrafficAccessToken() != traffic {
-		t.Fatalf("connect after the restart returned trafficAccessToken %q, want %q", again.TrafficAccessToken(), traffic)
+	defer sbx.Close()
+	if sbx.TrafficAccessToken() != traffic {
+		t.Fatalf("%s: connect returned trafficAccessToken %q, want %q", when, sbx.TrafficAccessToken(), traffic)
 	}
-	guarded(t, s, sbx.ID(), traffic, "after a server restart")
+	guarded(t, s, id, traffic, when)
 }
 
 // guarded checks that sandbox id has a traffic token, and that its code
