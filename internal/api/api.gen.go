@@ -95,6 +95,54 @@ func (e SandboxState) Valid() bool {
 	}
 }
 
+// Defines values for TemplateBuildLogEntryLevel.
+const (
+	TemplateBuildLogEntryLevelDebug TemplateBuildLogEntryLevel = "debug"
+	TemplateBuildLogEntryLevelError TemplateBuildLogEntryLevel = "error"
+	TemplateBuildLogEntryLevelInfo  TemplateBuildLogEntryLevel = "info"
+	TemplateBuildLogEntryLevelWarn  TemplateBuildLogEntryLevel = "warn"
+)
+
+// Valid indicates whether the value is a known member of the TemplateBuildLogEntryLevel enum.
+func (e TemplateBuildLogEntryLevel) Valid() bool {
+	switch e {
+	case TemplateBuildLogEntryLevelDebug:
+		return true
+	case TemplateBuildLogEntryLevelError:
+		return true
+	case TemplateBuildLogEntryLevelInfo:
+		return true
+	case TemplateBuildLogEntryLevelWarn:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TemplateBuildStatus.
+const (
+	TemplateBuildStatusBuilding TemplateBuildStatus = "building"
+	TemplateBuildStatusError    TemplateBuildStatus = "error"
+	TemplateBuildStatusReady    TemplateBuildStatus = "ready"
+	TemplateBuildStatusWaiting  TemplateBuildStatus = "waiting"
+)
+
+// Valid indicates whether the value is a known member of the TemplateBuildStatus enum.
+func (e TemplateBuildStatus) Valid() bool {
+	switch e {
+	case TemplateBuildStatusBuilding:
+		return true
+	case TemplateBuildStatusError:
+		return true
+	case TemplateBuildStatusReady:
+		return true
+	case TemplateBuildStatusWaiting:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ListSandboxesV2ParamsOrder.
 const (
 	Asc  ListSandboxesV2ParamsOrder = "asc"
@@ -359,6 +407,59 @@ type SandboxVolumeMount struct {
 	Path string `json:"path"`
 }
 
+// Template defines model for Template.
+type Template struct {
+	Aliases []string `json:"aliases"`
+
+	// BuildID The build of the template's current tree.
+	BuildID     string              `json:"buildID"`
+	BuildStatus TemplateBuildStatus `json:"buildStatus"`
+
+	// CpuCount CPUs of sandboxes created from it.
+	CpuCount  int32     `json:"cpuCount"`
+	CreatedAt time.Time `json:"createdAt"`
+
+	// DiskSizeMB Writable disk of sandboxes created from it, MiB.
+	DiskSizeMB  int32  `json:"diskSizeMB"`
+	EnvdVersion string `json:"envdVersion"`
+
+	// MemoryMB Memory limit of sandboxes created from it, MiB.
+	MemoryMB int32    `json:"memoryMB"`
+	Names    []string `json:"names"`
+
+	// Public Every API key of the server may use it.
+	Public bool `json:"public"`
+
+	// SizeBytes Cubby extension; disk usage of the template's tree, bytes.
+	SizeBytes  *int64    `json:"sizeBytes,omitempty"`
+	TemplateID string    `json:"templateID"`
+	UpdatedAt  time.Time `json:"updatedAt"`
+}
+
+// TemplateBuildInfo defines model for TemplateBuildInfo.
+type TemplateBuildInfo struct {
+	BuildID    string                  `json:"buildID"`
+	LogEntries []TemplateBuildLogEntry `json:"logEntries"`
+
+	// Logs The log entries' messages.
+	Logs       []string            `json:"logs"`
+	Status     TemplateBuildStatus `json:"status"`
+	TemplateID string              `json:"templateID"`
+}
+
+// TemplateBuildLogEntry defines model for TemplateBuildLogEntry.
+type TemplateBuildLogEntry struct {
+	Level     TemplateBuildLogEntryLevel `json:"level"`
+	Message   string                     `json:"message"`
+	Timestamp time.Time                  `json:"timestamp"`
+}
+
+// TemplateBuildLogEntryLevel defines model for TemplateBuildLogEntry.Level.
+type TemplateBuildLogEntryLevel string
+
+// TemplateBuildStatus defines model for TemplateBuildStatus.
+type TemplateBuildStatus string
+
 // MetadataFilter defines model for metadataFilter.
 type MetadataFilter = string
 
@@ -407,6 +508,15 @@ type GetSandboxMetricsParams struct {
 
 	// End Unix seconds; default now.
 	End *int64 `form:"end,omitempty" json:"end,omitempty"`
+}
+
+// GetTemplateBuildStatusParams defines parameters for GetTemplateBuildStatus.
+type GetTemplateBuildStatusParams struct {
+	// LogsOffset Skip this many log entries (a poller passes the count it already has). Default 0.
+	LogsOffset *int32 `form:"logsOffset,omitempty" json:"logsOffset,omitempty"`
+
+	// Limit At most this many log entries; 0 or absent means all that remain.
+	Limit *int32 `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
 // ListSandboxesV2Params defines parameters for ListSandboxesV2.
@@ -485,6 +595,12 @@ type ServerInterface interface {
 	// SetSandboxTimeout Replace the sandbox deadline with now + timeout seconds.
 	// (POST /sandboxes/{sandboxID}/timeout)
 	SetSandboxTimeout(w http.ResponseWriter, r *http.Request, sandboxID SandboxID)
+	// ListTemplates The built templates, sorted by name (E2B's Template list shape).
+	// (GET /templates)
+	ListTemplates(w http.ResponseWriter, r *http.Request)
+	// GetTemplateBuildStatus A template build's status and its log, oldest line first.
+	// (GET /templates/{templateID}/builds/{buildID}/status)
+	GetTemplateBuildStatus(w http.ResponseWriter, r *http.Request, templateID string, buildID string, params GetTemplateBuildStatusParams)
 	// ListSandboxesV2 List running and paused sandboxes with filters and pagination.
 	// (GET /v2/sandboxes)
 	ListSandboxesV2(w http.ResponseWriter, r *http.Request, params ListSandboxesV2Params)
@@ -792,6 +908,84 @@ func (siw *ServerInterfaceWrapper) SetSandboxTimeout(w http.ResponseWriter, r *h
 	handler.ServeHTTP(w, r)
 }
 
+// ListTemplates operation middleware
+func (siw *ServerInterfaceWrapper) ListTemplates(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListTemplates(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetTemplateBuildStatus operation middleware
+func (siw *ServerInterfaceWrapper) GetTemplateBuildStatus(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "templateID" -------------
+	var templateID string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "templateID", r.PathValue("templateID"), &templateID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "templateID", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "buildID" -------------
+	var buildID string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "buildID", r.PathValue("buildID"), &buildID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "buildID", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetTemplateBuildStatusParams
+
+	// ------------- Optional query parameter "logsOffset" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "logsOffset", r.URL.Query(), &params.LogsOffset, runtime.BindQueryParameterOptions{Type: "integer", Format: "int32"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "logsOffset"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "logsOffset", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: "int32"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetTemplateBuildStatus(w, r, templateID, buildID, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListSandboxesV2 operation middleware
 func (siw *ServerInterfaceWrapper) ListSandboxesV2(w http.ResponseWriter, r *http.Request) {
 
@@ -1075,6 +1269,8 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/sandboxes/{sandboxID}/pause", wrapper.PauseSandbox)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/sandboxes/{sandboxID}/metrics", wrapper.GetSandboxMetrics)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/sandboxes/{sandboxID}/logs", wrapper.GetSandboxLogs)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/templates", wrapper.ListTemplates)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/templates/{templateID}/builds/{buildID}/status", wrapper.GetTemplateBuildStatus)
 
 	return m
 }

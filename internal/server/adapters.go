@@ -103,3 +103,33 @@ func (r routes) Targets() []gateway.Target {
 	}
 	return out
 }
+
+// Templates lists the built templates for GET /templates (controlplane.TemplateCatalog).
+func (r *templateResolver) Templates(context.Context) ([]controlplane.TemplateListing, error) {
+	infos, err := r.m.List()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]controlplane.TemplateListing, 0, len(infos))
+	for _, info := range infos {
+		out = append(out, controlplane.TemplateListing{ID: info.ID, BuildID: info.BuildID(),
+			Aliases: info.Aliases, BuiltAt: info.BuiltAt, SizeBytes: info.SizeBytes})
+	}
+	return out, nil
+}
+
+// BuildLog reads a template build's log (controlplane.TemplateCatalog).
+func (r *templateResolver) BuildLog(_ context.Context, idOrAlias, buildID string) ([]controlplane.BuildLogLine, error) {
+	entries, err := r.m.BuildLog(idOrAlias, buildID)
+	if errors.Is(err, template.ErrNotFound) {
+		return nil, fmt.Errorf("template %q build %q: %w", idOrAlias, buildID, controlplane.ErrTemplateNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]controlplane.BuildLogLine, 0, len(entries))
+	for _, e := range entries {
+		out = append(out, controlplane.BuildLogLine{Time: e.Time, Level: e.Level, Message: e.Message})
+	}
+	return out, nil
+}

@@ -144,7 +144,12 @@ func (m *Manager) cached(id, digest string, progress io.Writer) (Info, bool) {
 // build runs mmdebstrap into a staging dir and commits the result.
 func (m *Manager) build(ctx context.Context, def Definition, files []resolvedFile, id, digest string, progress io.Writer) (Info, error) {
 	steps := plan(def, files)
-	pw := newProgressWriter(progress, steps)
+	rec := newBuildRecorder()
+	out := io.Writer(rec)
+	if progress != nil {
+		out = io.MultiWriter(progress, rec)
+	}
+	pw := newProgressWriter(out, steps)
 	if err := os.MkdirAll(m.stagingDir(), 0o755); err != nil {
 		return Info{}, fmt.Errorf("staging: %w", err)
 	}
@@ -187,6 +192,10 @@ func (m *Manager) build(ctx context.Context, def Definition, files []resolvedFil
 		pw.Printf("removed file capabilities sandboxes cannot grant from %s", strings.Join(dropped, ", "))
 	}
 	pw.Step(len(steps))
+	pw.Printf("build finished in %s; committing the tree", pw.Elapsed())
+	if err := rec.writeTo(treeDir); err != nil {
+		return Info{}, err
+	}
 	info, err := m.commit(ctx, def, id, digest, treeDir)
 	if err != nil {
 		return Info{}, err

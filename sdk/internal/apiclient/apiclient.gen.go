@@ -98,6 +98,54 @@ func (e SandboxState) Valid() bool {
 	}
 }
 
+// Defines values for TemplateBuildLogEntryLevel.
+const (
+	TemplateBuildLogEntryLevelDebug TemplateBuildLogEntryLevel = "debug"
+	TemplateBuildLogEntryLevelError TemplateBuildLogEntryLevel = "error"
+	TemplateBuildLogEntryLevelInfo  TemplateBuildLogEntryLevel = "info"
+	TemplateBuildLogEntryLevelWarn  TemplateBuildLogEntryLevel = "warn"
+)
+
+// Valid indicates whether the value is a known member of the TemplateBuildLogEntryLevel enum.
+func (e TemplateBuildLogEntryLevel) Valid() bool {
+	switch e {
+	case TemplateBuildLogEntryLevelDebug:
+		return true
+	case TemplateBuildLogEntryLevelError:
+		return true
+	case TemplateBuildLogEntryLevelInfo:
+		return true
+	case TemplateBuildLogEntryLevelWarn:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TemplateBuildStatus.
+const (
+	TemplateBuildStatusBuilding TemplateBuildStatus = "building"
+	TemplateBuildStatusError    TemplateBuildStatus = "error"
+	TemplateBuildStatusReady    TemplateBuildStatus = "ready"
+	TemplateBuildStatusWaiting  TemplateBuildStatus = "waiting"
+)
+
+// Valid indicates whether the value is a known member of the TemplateBuildStatus enum.
+func (e TemplateBuildStatus) Valid() bool {
+	switch e {
+	case TemplateBuildStatusBuilding:
+		return true
+	case TemplateBuildStatusError:
+		return true
+	case TemplateBuildStatusReady:
+		return true
+	case TemplateBuildStatusWaiting:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ListSandboxesV2ParamsOrder.
 const (
 	Asc  ListSandboxesV2ParamsOrder = "asc"
@@ -362,6 +410,59 @@ type SandboxVolumeMount struct {
 	Path string `json:"path"`
 }
 
+// Template defines model for Template.
+type Template struct {
+	Aliases []string `json:"aliases"`
+
+	// BuildID The build of the template's current tree.
+	BuildID     string              `json:"buildID"`
+	BuildStatus TemplateBuildStatus `json:"buildStatus"`
+
+	// CpuCount CPUs of sandboxes created from it.
+	CpuCount  int32     `json:"cpuCount"`
+	CreatedAt time.Time `json:"createdAt"`
+
+	// DiskSizeMB Writable disk of sandboxes created from it, MiB.
+	DiskSizeMB  int32  `json:"diskSizeMB"`
+	EnvdVersion string `json:"envdVersion"`
+
+	// MemoryMB Memory limit of sandboxes created from it, MiB.
+	MemoryMB int32    `json:"memoryMB"`
+	Names    []string `json:"names"`
+
+	// Public Every API key of the server may use it.
+	Public bool `json:"public"`
+
+	// SizeBytes Cubby extension; disk usage of the template's tree, bytes.
+	SizeBytes  *int64    `json:"sizeBytes,omitempty"`
+	TemplateID string    `json:"templateID"`
+	UpdatedAt  time.Time `json:"updatedAt"`
+}
+
+// TemplateBuildInfo defines model for TemplateBuildInfo.
+type TemplateBuildInfo struct {
+	BuildID    string                  `json:"buildID"`
+	LogEntries []TemplateBuildLogEntry `json:"logEntries"`
+
+	// Logs The log entries' messages.
+	Logs       []string            `json:"logs"`
+	Status     TemplateBuildStatus `json:"status"`
+	TemplateID string              `json:"templateID"`
+}
+
+// TemplateBuildLogEntry defines model for TemplateBuildLogEntry.
+type TemplateBuildLogEntry struct {
+	Level     TemplateBuildLogEntryLevel `json:"level"`
+	Message   string                     `json:"message"`
+	Timestamp time.Time                  `json:"timestamp"`
+}
+
+// TemplateBuildLogEntryLevel defines model for TemplateBuildLogEntry.Level.
+type TemplateBuildLogEntryLevel string
+
+// TemplateBuildStatus defines model for TemplateBuildStatus.
+type TemplateBuildStatus string
+
 // MetadataFilter defines model for metadataFilter.
 type MetadataFilter = string
 
@@ -410,6 +511,15 @@ type GetSandboxMetricsParams struct {
 
 	// End Unix seconds; default now.
 	End *int64 `form:"end,omitempty" json:"end,omitempty"`
+}
+
+// GetTemplateBuildStatusParams defines parameters for GetTemplateBuildStatus.
+type GetTemplateBuildStatusParams struct {
+	// LogsOffset Skip this many log entries (a poller passes the count it already has). Default 0.
+	LogsOffset *int32 `form:"logsOffset,omitempty" json:"logsOffset,omitempty"`
+
+	// Limit At most this many log entries; 0 or absent means all that remain.
+	Limit *int32 `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
 // ListSandboxesV2Params defines parameters for ListSandboxesV2.
@@ -617,6 +727,16 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /sandboxes/{sandboxID}/timeout (the `SetSandboxTimeout` operationId).
 	SetSandboxTimeout(ctx context.Context, sandboxID SandboxID, body SetSandboxTimeoutJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListTemplates The built templates, sorted by name (E2B's Template list shape).
+	//
+	// Corresponds with GET /templates (the `ListTemplates` operationId).
+	ListTemplates(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetTemplateBuildStatus A template build's status and its log, oldest line first.
+	//
+	// Corresponds with GET /templates/{templateID}/builds/{buildID}/status (the `GetTemplateBuildStatus` operationId).
+	GetTemplateBuildStatus(ctx context.Context, templateID string, buildID string, params *GetTemplateBuildStatusParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListSandboxesV2 List running and paused sandboxes with filters and pagination.
 	//
@@ -857,6 +977,36 @@ func (c *Client) SetSandboxTimeoutWithBody(ctx context.Context, sandboxID Sandbo
 // Corresponds with POST /sandboxes/{sandboxID}/timeout (the `SetSandboxTimeout` operationId).
 func (c *Client) SetSandboxTimeout(ctx context.Context, sandboxID SandboxID, body SetSandboxTimeoutJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewSetSandboxTimeoutRequest(c.Server, sandboxID, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListTemplates The built templates, sorted by name (E2B's Template list shape).
+//
+// Corresponds with GET /templates (the `ListTemplates` operationId).
+func (c *Client) ListTemplates(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListTemplatesRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetTemplateBuildStatus A template build's status and its log, oldest line first.
+//
+// Corresponds with GET /templates/{templateID}/builds/{buildID}/status (the `GetTemplateBuildStatus` operationId).
+func (c *Client) GetTemplateBuildStatus(ctx context.Context, templateID string, buildID string, params *GetTemplateBuildStatusParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetTemplateBuildStatusRequest(c.Server, templateID, buildID, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1399,6 +1549,113 @@ func NewSetSandboxTimeoutRequestWithBody(server string, sandboxID SandboxID, con
 	return req, nil
 }
 
+// NewListTemplatesRequest constructs an http.Request for the ListTemplates method
+func NewListTemplatesRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/templates")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetTemplateBuildStatusRequest constructs an http.Request for the GetTemplateBuildStatus method
+func NewGetTemplateBuildStatusRequest(server string, templateID string, buildID string, params *GetTemplateBuildStatusParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "templateID", templateID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "buildID", buildID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/templates/%s/builds/%s/status", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.LogsOffset != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "logsOffset", *params.LogsOffset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int32"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int32"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListSandboxesV2Request constructs an http.Request for the ListSandboxesV2 method
 func NewListSandboxesV2Request(server string, params *ListSandboxesV2Params) (*http.Request, error) {
 	var err error
@@ -1750,6 +2007,20 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /sandboxes/{sandboxID}/timeout (the `SetSandboxTimeout` operationId).
 	SetSandboxTimeoutWithResponse(ctx context.Context, sandboxID SandboxID, body SetSandboxTimeoutJSONRequestBody, reqEditors ...RequestEditorFn) (*SetSandboxTimeoutResponse, error)
+
+	// ListTemplatesWithResponse The built templates, sorted by name (E2B's Template list shape).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /templates (the `ListTemplates` operationId).
+	ListTemplatesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListTemplatesResponse, error)
+
+	// GetTemplateBuildStatusWithResponse A template build's status and its log, oldest line first.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /templates/{templateID}/builds/{buildID}/status (the `GetTemplateBuildStatus` operationId).
+	GetTemplateBuildStatusWithResponse(ctx context.Context, templateID string, buildID string, params *GetTemplateBuildStatusParams, reqEditors ...RequestEditorFn) (*GetTemplateBuildStatusResponse, error)
 
 	// ListSandboxesV2WithResponse List running and paused sandboxes with filters and pagination.
 	//
@@ -2394,6 +2665,144 @@ func (r SetSandboxTimeoutResponse) ContentType() string {
 	return ""
 }
 
+type ListTemplatesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *[]Template
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+	// JSON501 the response for an HTTP 501 `application/json` response
+	JSON501 *NotImplemented
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListTemplatesResponse) GetJSON200() *[]Template {
+	return r.JSON200
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListTemplatesResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r ListTemplatesResponse) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetJSON501 returns the response for an HTTP 501 `application/json` response
+func (r ListTemplatesResponse) GetJSON501() *NotImplemented {
+	return r.JSON501
+}
+
+// GetBody returns the raw response body bytes
+func (r ListTemplatesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListTemplatesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListTemplatesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListTemplatesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetTemplateBuildStatusResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *TemplateBuildInfo
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalError
+	// JSON501 the response for an HTTP 501 `application/json` response
+	JSON501 *NotImplemented
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetTemplateBuildStatusResponse) GetJSON200() *TemplateBuildInfo {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetTemplateBuildStatusResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetTemplateBuildStatusResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetTemplateBuildStatusResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r GetTemplateBuildStatusResponse) GetJSON500() *InternalError {
+	return r.JSON500
+}
+
+// GetJSON501 returns the response for an HTTP 501 `application/json` response
+func (r GetTemplateBuildStatusResponse) GetJSON501() *NotImplemented {
+	return r.JSON501
+}
+
+// GetBody returns the raw response body bytes
+func (r GetTemplateBuildStatusResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetTemplateBuildStatusResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetTemplateBuildStatusResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetTemplateBuildStatusResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ListSandboxesV2Response200Headers the declared response headers of an HTTP 200 response for ListSandboxesV2
 type ListSandboxesV2Response200Headers struct {
 	XNextToken *string
@@ -2786,6 +3195,32 @@ func (c *ClientWithResponses) SetSandboxTimeoutWithResponse(ctx context.Context,
 		return nil, err
 	}
 	return ParseSetSandboxTimeoutResponse(rsp)
+}
+
+// ListTemplatesWithResponse The built templates, sorted by name (E2B's Template list shape).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /templates (the `ListTemplates` operationId).
+func (c *ClientWithResponses) ListTemplatesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListTemplatesResponse, error) {
+	rsp, err := c.ListTemplates(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListTemplatesResponse(rsp)
+}
+
+// GetTemplateBuildStatusWithResponse A template build's status and its log, oldest line first.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /templates/{templateID}/builds/{buildID}/status (the `GetTemplateBuildStatus` operationId).
+func (c *ClientWithResponses) GetTemplateBuildStatusWithResponse(ctx context.Context, templateID string, buildID string, params *GetTemplateBuildStatusParams, reqEditors ...RequestEditorFn) (*GetTemplateBuildStatusResponse, error) {
+	rsp, err := c.GetTemplateBuildStatus(ctx, templateID, buildID, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetTemplateBuildStatusResponse(rsp)
 }
 
 // ListSandboxesV2WithResponse List running and paused sandboxes with filters and pagination.
@@ -3328,6 +3763,114 @@ func ParseSetSandboxTimeoutResponse(rsp *http.Response) (*SetSandboxTimeoutRespo
 			return nil, err
 		}
 		response.JSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListTemplatesResponse parses an HTTP response from a ListTemplatesWithResponse call
+func ParseListTemplatesResponse(rsp *http.Response) (*ListTemplatesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListTemplatesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest []Template
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest NotImplemented
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON501 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetTemplateBuildStatusResponse parses an HTTP response from a GetTemplateBuildStatusWithResponse call
+func ParseGetTemplateBuildStatusResponse(rsp *http.Response) (*GetTemplateBuildStatusResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetTemplateBuildStatusResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest TemplateBuildInfo
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 501:
+		var dest NotImplemented
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON501 = &dest
 
 	}
 
