@@ -396,15 +396,7 @@ func (s *Sandbox) GetMetrics(ctx context.Context, opts *MetricsOptions) ([]Sandb
 	if err != nil {
 		return nil, err
 	}
-	out := make([]SandboxMetrics, len(ms))
-	for i, m := range ms {
-		out[i] = SandboxMetrics{
-			Timestamp: m.Timestamp, CPUUsedPct: m.CpuUsedPct, CPUCount: int(m.CpuCount),
-			MemUsed: m.MemUsed, MemTotal: m.MemTotal, MemCache: m.MemCache,
-			DiskUsed: m.DiskUsed, DiskTotal: m.DiskTotal,
-		}
-	}
-	return out, nil
+	return metricsFrom(ms), nil
 }
 
 // IsRunning probes envd's GET /health through the sandbox proxy: true on
