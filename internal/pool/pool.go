@@ -275,6 +275,9 @@ func (p *Pool) refill(ctx context.Context) {
 	p.mu.Lock()
 	p.wanted = wanted
 	p.mu.Unlock()
+	for k, n := range wanted {
+		p.cfg.Metrics.PoolTarget(k.TemplateID, n)
+	}
 	p.discardStale(ctx, wanted)
 	p.measure(ctx)
 	for ctx.Err() == nil {

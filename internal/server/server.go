@@ -292,6 +292,9 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 	if err := a.metrics.WatchStates(cp); err != nil {
 		return nil, err
 	}
+	if err := a.metrics.WatchHost(cfg.DataDir); err != nil {
+		return nil, err
+	}
 	gwRef = gateway.New(routes{cp}, gateway.Config{Domain: cfg.Domain}, log.With("component", "gateway"))
 	a.gateway = gwRef
 	if err := cp.Start(ctx); err != nil {

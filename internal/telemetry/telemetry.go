@@ -38,6 +38,7 @@ type Metrics struct {
 	gateway   *prometheus.CounterVec
 	templates *prometheus.CounterVec
 	pool      *prometheus.GaugeVec
+	target    *prometheus.GaugeVec
 	claims    *prometheus.CounterVec
 }
 
@@ -79,12 +80,16 @@ func New() *Metrics {
 			Name: "cubby_pool_sandboxes",
 			Help: "Warm-pool sandboxes by template and state (ready: waiting to be claimed; booting).",
 		}, []string{"template", "state"}),
+		target: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cubby_pool_target_sandboxes",
+			Help: "Warm sandboxes each pool is asked to keep (--pool TEMPLATE=N), by template.",
+		}, []string{"template"}),
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cubby_pool_claims_total",
 			Help: "Creates of a pooled template by outcome (hit: served from the warm pool; miss: cold create).",
 		}, []string{"template", "outcome"}),
 	}
-	m.reg.MustRegister(m.create, m.kills, m.api, m.gateway, m.templates, m.pool, m.claims,
+	m.reg.MustRegister(m.create, m.kills, m.api, m.gateway, m.templates, m.pool, m.target, m.claims,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -140,6 +145,14 @@ func (m *Metrics) PoolSize(template string, ready, booting int) {
 	}
 	m.pool.WithLabelValues(template, "ready").Set(float64(ready))
 	m.pool.WithLabelValues(template, "booting").Set(float64(booting))
+}
+
+// PoolTarget sets the number of warm sandboxes template's pool is asked to keep.
+func (m *Metrics) PoolTarget(template string, size int) {
+	if m == nil {
+		return
+	}
+	m.target.WithLabelValues(template).Set(float64(size))
 }
 
 // PoolClaim counts one create of a pooled template with outcome ClaimHit or ClaimMiss.
