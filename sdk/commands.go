@@ -43,6 +43,10 @@ type CommandOptions struct {
 	// goroutine per command and must not block for long or call Disconnect.
 	OnStdout func(string)
 	OnStderr func(string)
+	// DiscardOutput keeps no copy of the output in the handle: it only
+	// reaches the callbacks, and Stdout, Stderr and the result's output stay
+	// empty. For long-running commands with much output.
+	DiscardOutput bool
 }
 
 // CommandConnectOptions configure Commands.Connect.
@@ -52,6 +56,8 @@ type CommandConnectOptions struct {
 	Timeout  time.Duration
 	OnStdout func(string)
 	OnStderr func(string)
+	// DiscardOutput is as in CommandOptions.
+	DiscardOutput bool
 }
 
 // CommandResult is the outcome of a finished command.
@@ -168,7 +174,7 @@ func (c *Commands) Start(ctx context.Context, cmd string, opts *CommandOptions) 
 	} else if o.Stdin {
 		return nil, &APIError{Message: "Stdin needs envd 0.3.0 or newer; rebuild the template"}
 	}
-	return c.s.startProcess(ctx, "start command", o.User, o.Timeout, req, callbacks{stdout: o.OnStdout, stderr: o.OnStderr})
+	return c.s.startProcess(ctx, "start command", o.User, o.Timeout, req, callbacks{stdout: o.OnStdout, stderr: o.OnStderr, discard: o.DiscardOutput})
 }
 
 // Connect attaches to a running process by pid (the Connect stream) and
@@ -179,7 +185,7 @@ func (c *Commands) Connect(ctx context.Context, pid uint32, opts *CommandConnect
 	if opts != nil {
 		o = *opts
 	}
-	return c.s.connectProcess(ctx, pid, o.Timeout, callbacks{stdout: o.OnStdout, stderr: o.OnStderr})
+	return c.s.connectProcess(ctx, pid, o.Timeout, callbacks{stdout: o.OnStdout, stderr: o.OnStderr, discard: o.DiscardOutput})
 }
 
 // List returns the running processes (commands and PTYs). Errors: the envd
@@ -240,6 +246,7 @@ func pidTarget(pid uint32) target {
 type callbacks struct {
 	stdout, stderr func(string)
 	pty            func([]byte)
+	discard        bool // keep no copy of stdout and stderr in the handle
 }
 
 // eventStream is the common shape of the Start and Connect streams.
@@ -370,9 +377,11 @@ func (h *CommandHandle) emit(buf *strings.Builder, carry, chunk []byte, cb func(
 	}
 	text := string(data[:cut])
 	if text != "" {
-		h.mu.Lock()
-		buf.WriteString(text)
-		h.mu.Unlock()
+		if !h.cb.discard {
+			h.mu.Lock()
+			buf.WriteString(text)
+			h.mu.Unlock()
+		}
 		if cb != nil {
 			cb(text)
 		}
