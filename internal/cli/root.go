@@ -57,7 +57,7 @@ func newRoot() *cobra.Command {
 		client.bind(cmd)
 	}
 	root.AddCommand(newServeCmd(), newAgentCmd(), newTemplateCmd(),
-		newSandboxCmd(client), run, exec, shell, newFilesCmd(client), newKeysCmd())
+		newSandboxCmd(client), run, exec, shell, newFilesCmd(client), newKeysCmd(), newMCPCmd(client))
 	return root
 }
 

@@ -51,6 +51,7 @@ cubby keys create.`,
 			if err := server.RestrictLogFiles(os.Stdout, os.Stderr); err != nil {
 				log.Warn("the server log stays readable by others", "err", err)
 			}
+			cfg.Version = Version
 			return server.Run(cmd.Context(), cfg, log)
 		},
 	}

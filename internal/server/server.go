@@ -21,14 +21,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/admission"
 	"github.com/cubby-dev/cubby/internal/agentapi"
+	"github.com/cubby-dev/cubby/internal/apikey"
 	"github.com/cubby-dev/cubby/internal/backend/local"
 	"github.com/cubby-dev/cubby/internal/controlplane"
 	"github.com/cubby-dev/cubby/internal/gateway"
+	"github.com/cubby-dev/cubby/internal/mcpserver"
 	"github.com/cubby-dev/cubby/internal/meminfo"
 	"github.com/cubby-dev/cubby/internal/network"
 	"github.com/cubby-dev/cubby/internal/pool"
@@ -39,6 +42,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/store"
 	"github.com/cubby-dev/cubby/internal/telemetry"
 	"github.com/cubby-dev/cubby/internal/template"
+	"github.com/cubby-dev/cubby/sdk"
 )
 
 // Config configures `cubby serve`.
@@ -58,6 +62,7 @@ type Config struct {
 	Pool            []pool.Target        // warm pools (template, size); none by default
 	PoolMemoryMB    int                  // memory budget of the warm pools in MiB; 0 = a quarter of the host's RAM
 	EnvAPIKey       string               // CUBBY_API_KEY; accepted (for the default team) when set
+	Version         string               // cubby release, reported by the MCP server
 	Progress        io.Writer            // template build progress and the first API key; default os.Stderr
 	// Admission are the per-team and server-wide limits on creates; a zero
 	// ServerMemoryMB becomes admission.DefaultServerMemoryMB of the host's RAM.
@@ -176,7 +181,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	defer app.close()
 	gw.Store(app.gateway)
-	h := app.handler()
+	h := app.handler(cfg, selfURL(ln.Addr()), log)
 	ready.Store(&h)
 	log.Info("ready", "api", "http://"+ln.Addr().String())
 
@@ -187,6 +192,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	_ = app.mcp.Close(shutdownCtx) // kills the MCP sessions' sandboxes while the API still answers
 	app.control.Shutdown(shutdownCtx)
 	_ = srv.Shutdown(shutdownCtx)
 	return nil
@@ -218,17 +224,24 @@ type app struct {
 	gateway *gateway.Gateway
 	backend *local.Backend
 	metrics *telemetry.Metrics
+	mcp     *mcpserver.Service // set by handler
 }
 
-// handler routes /health, GET /metrics (unauthenticated) and the API behind the
-// gateway; API requests are counted per route, sandbox-side ones per status class.
-func (a *app) handler() http.Handler {
+// handler routes /health, GET /metrics (unauthenticated), the MCP tools at
+// /mcp and the API behind the gateway; API requests are counted per route,
+// sandbox-side ones per status class. self is the server's own URL, which the
+// MCP tools are a client of.
+func (a *app) handler(cfg Config, self string, log *slog.Logger) http.Handler {
+	conn := sdk.ConnectionOptions{APIURL: self, SandboxURL: self, Domain: cfg.Domain}
+	a.mcp = mcpserver.New(mcpserver.Config{Connection: conn, Version: cfg.Version, Log: log.With("component", "mcp")})
+	keys := apikey.NewChecker(conn, 0)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/health", func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		_, _ = io.WriteString(w, "ok")
 	})
 	mux.Handle("GET /metrics", a.metrics.Handler())
+	mux.Handle(MCPPath, a.mcp.Handler(keys.Check))
 	mux.Handle("/", a.control.Handler())
 	return a.metrics.InstrumentGateway(a.gateway.Handler(a.metrics.InstrumentAPI(mux)))
 }
@@ -380,4 +393,22 @@ func findRunsc(flag, exe string) string {
 func fileExists(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && !st.IsDir()
+}
+
+// MCPPath is where `cubby serve` serves the MCP tools (streamable HTTP).
+const MCPPath = "/mcp"
+
+// selfURL is the URL the server reaches itself at: its listener, with an
+// unspecified address replaced by the IPv4 loopback (Go's dual-stack
+// listeners accept it).
+func selfURL(a net.Addr) string {
+	tcp, ok := a.(*net.TCPAddr)
+	if !ok {
+		return "http://" + a.String()
+	}
+	ip := tcp.IP
+	if ip == nil || ip.IsUnspecified() {
+		ip = net.IPv4(127, 0, 0, 1)
+	}
+	return "http://" + net.JoinHostPort(ip.String(), strconv.Itoa(tcp.Port))
 }
