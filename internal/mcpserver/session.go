@@ -30,9 +30,9 @@ type session struct {
 	mu       sync.Mutex
 	own      *sdk.Sandbox // created on first use; nil before and after it ended
 	renewed  time.Time
-	boxes    map[string]*sdk.Sandbox    // connected sandboxes by ID
+	boxes    map[string]*sdk.Sandbox     // connected sandboxes by ID
 	contexts map[string]*sdk.CodeContext // "<sandbox>/<label>"
-	procs    map[string]*proc           // "<sandbox>/<pid>"
+	procs    map[string]*proc            // "<sandbox>/<pid>"
 	closed   bool
 }
 
