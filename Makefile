@@ -41,7 +41,7 @@ test-unit:
 	$(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v -e /test/ -e /sdk -e /examples/)
 
 test-integration: templates runsc
-	CUBBY_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m ./test/integration/... ./test/security/... ./test/cli/... ./sdk/... ./examples/go/...
+	CUBBY_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m ./test/integration/... ./test/security/... ./test/cli/... ./test/mcp/... ./test/dashboard/... ./sdk/... ./examples/go/...
 
 test-compat: templates
 	CUBBY_COMPAT_SKIP_BUILD=1 test/compat/run.sh
