@@ -30,6 +30,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/apikey"
 	"github.com/cubby-dev/cubby/internal/backend/local"
 	"github.com/cubby-dev/cubby/internal/controlplane"
+	"github.com/cubby-dev/cubby/internal/dashboard"
 	"github.com/cubby-dev/cubby/internal/gateway"
 	"github.com/cubby-dev/cubby/internal/mcpserver"
 	"github.com/cubby-dev/cubby/internal/meminfo"
@@ -181,7 +182,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	defer app.close()
 	gw.Store(app.gateway)
-	h := app.handler(cfg, selfURL(ln.Addr()), log)
+	h, err := app.handler(cfg, selfURL(ln.Addr()), log)
+	if err != nil {
+		_ = srv.Close()
+		return err
+	}
 	ready.Store(&h)
 	log.Info("ready", "api", "http://"+ln.Addr().String())
 
@@ -228,13 +233,18 @@ type app struct {
 }
 
 // handler routes /health, GET /metrics (unauthenticated), the MCP tools at
-// /mcp and the API behind the gateway; API requests are counted per route,
+// /mcp, the web dashboard at /dashboard/ and the API behind the gateway; API requests are counted per route,
 // sandbox-side ones per status class. self is the server's own URL, which the
 // MCP tools are a client of.
-func (a *app) handler(cfg Config, self string, log *slog.Logger) http.Handler {
+func (a *app) handler(cfg Config, self string, log *slog.Logger) (http.Handler, error) {
 	conn := sdk.ConnectionOptions{APIURL: self, SandboxURL: self, Domain: cfg.Domain}
 	a.mcp = mcpserver.New(mcpserver.Config{Connection: conn, Version: cfg.Version, Log: log.With("component", "mcp")})
 	keys := apikey.NewChecker(conn, 0)
+	dash, err := dashboard.New(dashboard.Config{Connection: conn, Check: keys.Check, Stats: a.metrics.Registry(),
+		Version: cfg.Version, Log: log.With("component", "dashboard")})
+	if err != nil {
+		return nil, err
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/health", func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusOK)
@@ -242,8 +252,11 @@ func (a *app) handler(cfg Config, self string, log *slog.Logger) http.Handler {
 	})
 	mux.Handle("GET /metrics", a.metrics.Handler())
 	mux.Handle(MCPPath, a.mcp.Handler(keys.Check))
+	dh := dash.Handler()
+	mux.Handle(dashboard.Prefix, dh)
+	mux.Handle(dashboard.Prefix+"/", dh)
 	mux.Handle("/", a.control.Handler())
-	return a.metrics.InstrumentGateway(a.gateway.Handler(a.metrics.InstrumentAPI(mux)))
+	return a.metrics.InstrumentGateway(a.gateway.Handler(a.metrics.InstrumentAPI(mux))), nil
 }
 
 func (a *app) close() {
