@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -178,13 +177,8 @@ func httpLogin(t *testing.T, key string) (*http.Client, string) {
 	if resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("login: %d", resp.StatusCode)
 	}
-	page := get(t, c, "/dashboard/")
-	i := strings.Index(page, `name="csrf-token" content="`)
-	if i < 0 {
-		t.Fatalf("no CSRF token on the overview:\n%s", page)
-	}
-	rest := page[i+len(`name="csrf-token" content="`):]
-	return c, rest[:strings.IndexByte(rest, '"')]
+	_, token := csrfOf(t, c)
+	return c, token
 }
 
 // get fetches a dashboard path and returns the body (any status).
