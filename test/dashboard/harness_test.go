@@ -55,7 +55,7 @@ func conn() sdk.ConnectionOptions {
 }
 
 // create makes a sandbox through the SDK and kills it when the test ends.
-func create(t *testing.T, template string, md map[string]string) *sdk.Sandbox {
+func create(t testing.TB, template string, md map[string]string) *sdk.Sandbox {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -72,7 +72,7 @@ func create(t *testing.T, template string, md map[string]string) *sdk.Sandbox {
 }
 
 // browser starts a headless Chromium with a fresh profile for the test.
-func browser(t *testing.T) context.Context {
+func browser(t testing.TB) context.Context {
 	t.Helper()
 	bin := os.Getenv("CUBBY_CHROMIUM")
 	if bin == "" {
@@ -99,13 +99,13 @@ func browser(t *testing.T) context.Context {
 }
 
 // run runs browser actions with a timeout, failing the test with step.
-func run(t *testing.T, ctx context.Context, step string, actions ...chromedp.Action[chromedp.Void]) {
+func run(t testing.TB, ctx context.Context, step string, actions ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
 	value(t, ctx, step, chromedp.Steps(actions...))
 }
 
 // value runs one browser action returning a value, failing the test with step.
-func value[T any](t *testing.T, ctx context.Context, step string, a chromedp.Action[T]) T {
+func value[T any](t testing.TB, ctx context.Context, step string, a chromedp.Action[T]) T {
 	t.Helper()
 	tctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
@@ -126,7 +126,7 @@ func waitJS(expr string) chromedp.Action[chromedp.Void] {
 func css(sel string) chromedp.CSS { return chromedp.CSS(sel) }
 
 // screenshotDir is where the page screenshots go.
-func screenshotDir(t *testing.T) string {
+func screenshotDir(t testing.TB) string {
 	t.Helper()
 	dir := os.Getenv("CUBBY_SCREENSHOTS_DIR")
 	if dir == "" {
@@ -143,7 +143,7 @@ func screenshotDir(t *testing.T) string {
 }
 
 // screenshot saves a full-page PNG (quality 100: PNG, not JPEG) of the current page as <name>.png.
-func screenshot(t *testing.T, ctx context.Context, name string) {
+func screenshot(t testing.TB, ctx context.Context, name string) {
 	t.Helper()
 	png := value(t, ctx, "screenshot "+name, chromedp.FullScreenshot(100))
 	p := filepath.Join(screenshotDir(t), name+".png")
@@ -154,7 +154,7 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 }
 
 // login logs the browser in with the server's key.
-func login(t *testing.T, ctx context.Context) {
+func login(t testing.TB, ctx context.Context) {
 	t.Helper()
 	run(t, ctx, "log in",
 		chromedp.Navigate(srv.URL("/dashboard/login")),
@@ -165,7 +165,7 @@ func login(t *testing.T, ctx context.Context) {
 
 // httpLogin logs a plain HTTP client in and returns it (cookies kept) and
 // the session's CSRF token.
-func httpLogin(t *testing.T, key string) (*http.Client, string) {
+func httpLogin(t testing.TB, key string) (*http.Client, string) {
 	t.Helper()
 	jar, _ := cookiejar.New(nil)
 	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -182,7 +182,7 @@ func httpLogin(t *testing.T, key string) (*http.Client, string) {
 }
 
 // get fetches a dashboard path and returns the body (any status).
-func get(t *testing.T, c *http.Client, path string) string {
+func get(t testing.TB, c *http.Client, path string) string {
 	t.Helper()
 	resp, err := c.Get(srv.URL(path))
 	if err != nil {

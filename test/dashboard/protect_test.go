@@ -195,7 +195,7 @@ func read(resp *http.Response) string {
 }
 
 // csrfOf returns the CSRF token on the overview page of a logged-in client.
-func csrfOf(t *testing.T, c *http.Client) (string, string) {
+func csrfOf(t testing.TB, c *http.Client) (string, string) {
 	t.Helper()
 	page := get(t, c, "/dashboard/")
 	const marker = `name="csrf-token" content="`
