@@ -4,7 +4,7 @@ BIN     ?= bin/cubby
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/cubby-dev/cubby/internal/cli.Version=$(VERSION)
 
-.PHONY: all build generate templates test deps-test test-unit test-integration test-compat quickstart bench fmt vet clean
+.PHONY: all build generate web templates test deps-test test-unit test-integration test-compat quickstart bench fmt vet clean
 
 all: build
 
@@ -22,6 +22,10 @@ generate:
 		--connect-go_out=. --connect-go_opt=module=github.com/cubby-dev/cubby \
 		filesystem/filesystem.proto process/process.proto
 	PATH="$$($(GO) env GOPATH)/bin:$$PATH" $(GO) generate ./internal/api/... ./sdk/internal/apiclient/...
+
+## web: vendor the dashboard's browser code (xterm.js, pinned and integrity-checked from npm) into internal/dashboard/web/static/vendor; the output is committed
+web:
+	scripts/vendor-web.sh
 
 TEMPLATES ?= $(CURDIR)/.cache/templates
 export CUBBY_TEMPLATES_DIR := $(TEMPLATES)

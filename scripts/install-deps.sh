@@ -4,11 +4,13 @@
 # disks), busybox-static (test rootfs trees), plus Node.js/npm and Python for the
 # official SDK suites when they are missing. With --test it also installs what the
 # Go tests of the kernel manager drive on the host: ipykernel, matplotlib, pandas,
-# IRkernel and Deno's Jupyter kernel.
+# IRkernel and Deno's Jupyter kernel; Debian's chromium, which the dashboard
+# tests drive headless; and python3-venv for the MCP Python client check
+# (test/mcp/python makes its own venv from its requirements.txt).
 set -euo pipefail
 pkgs=(runc mmdebstrap nftables e2fsprogs busybox-static ca-certificates curl)
 if [ "${1:-}" = --test ]; then
-  pkgs+=(python3-ipykernel python3-matplotlib python3-pandas python3-pytest python3-pil r-cran-irkernel)
+  pkgs+=(python3-ipykernel python3-matplotlib python3-pandas python3-pytest python3-pil r-cran-irkernel chromium python3-venv)
 fi
 need=()
 for pkg in "${pkgs[@]}"; do
