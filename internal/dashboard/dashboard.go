@@ -52,7 +52,8 @@ type KeyCheck func(ctx context.Context, key string) error
 // Config configures the dashboard.
 type Config struct {
 	// Connection reaches the server's API and sandbox gateway (its own
-	// URL); the key of each call is the session's.
+	// URL); the key of each call is the session's. Set its HTTPClient to
+	// share connections between requests.
 	Connection sdk.ConnectionOptions
 	// Check validates the key given at login. Required.
 	Check KeyCheck
@@ -95,11 +96,6 @@ func New(cfg Config) (*Dashboard, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Connection.HTTPClient == nil {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxIdleConnsPerHost = 32
-		cfg.Connection.HTTPClient = &http.Client{Transport: tr}
-	}
 	as, err := loadAssets()
 	if err != nil {
 		return nil, err
@@ -123,17 +119,17 @@ func (d *Dashboard) Handler() http.Handler {
 	mux.Handle("GET "+Prefix+"/sandboxes", d.auth(d.sandboxesPage))
 	mux.Handle("POST "+Prefix+"/sandboxes/actions", d.auth(d.actions))
 	mux.Handle("GET "+Prefix+"/sandboxes/{id}", d.auth(d.sandboxPage))
-	mux.Handle("GET "+Prefix+"/sandboxes/{id}/download", d.auth(d.download))
+	mux.Handle("GET "+Prefix+"/sandboxes/{id}/download", d.auth(d.withSandbox(download)))
 	mux.Handle("GET "+Prefix+"/sandboxes/{id}/terminal", d.auth(d.terminal))
 	mux.Handle("GET "+Prefix+"/templates", d.auth(d.templatesPage))
 	mux.Handle("GET "+Prefix+"/templates/{id}", d.auth(d.templatePage))
 	mux.Handle("GET "+Prefix+"/api/overview", d.auth(d.overviewJSON))
 	mux.Handle("GET "+Prefix+"/api/sandboxes/{id}/metrics", d.auth(d.metricsJSON))
 	mux.Handle("GET "+Prefix+"/api/sandboxes/{id}/logs", d.auth(d.logsJSON))
-	mux.Handle("GET "+Prefix+"/api/sandboxes/{id}/files", d.auth(d.filesJSON))
-	mux.Handle("POST "+Prefix+"/api/sandboxes/{id}/files", d.auth(d.upload))
-	mux.Handle("GET "+Prefix+"/api/sandboxes/{id}/contexts", d.auth(d.contextsJSON))
-	mux.Handle("POST "+Prefix+"/api/sandboxes/{id}/execute", d.auth(d.execute))
+	mux.Handle("GET "+Prefix+"/api/sandboxes/{id}/files", d.auth(d.withSandbox(filesJSON)))
+	mux.Handle("POST "+Prefix+"/api/sandboxes/{id}/files", d.auth(d.withSandbox(upload)))
+	mux.Handle("GET "+Prefix+"/api/sandboxes/{id}/contexts", d.auth(d.withSandbox(contextsJSON)))
+	mux.Handle("POST "+Prefix+"/api/sandboxes/{id}/execute", d.auth(d.withSandbox(execute)))
 	mux.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, Prefix+"/", http.StatusSeeOther)
 	})

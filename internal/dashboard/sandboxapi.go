@@ -62,6 +62,23 @@ func (d *Dashboard) running(ctx context.Context, sess *session, id string) (*sdk
 	return sdk.Connect(ctx, id, &sdk.ConnectOptions{ConnectionOptions: conn, Timeout: connectTimeout})
 }
 
+// sandboxHandler serves a request about a running sandbox (connected).
+type sandboxHandler func(w http.ResponseWriter, r *http.Request, sb *sdk.Sandbox)
+
+// withSandbox connects to the session's running sandbox {id} for h (see
+// running); failing that it answers in the API's error shape.
+func (d *Dashboard) withSandbox(h sandboxHandler) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, sess *session) {
+		sb, err := d.running(r.Context(), sess, r.PathValue("id"))
+		if err != nil {
+			apiFail(w, err)
+			return
+		}
+		defer sb.Close()
+		h(w, r, sb)
+	}
+}
+
 type metricPoint struct {
 	T         int64   `json:"t"` // unix ms
 	CPU       float64 `json:"cpu"`
@@ -126,13 +143,7 @@ type fileEntry struct {
 }
 
 // filesJSON lists directory ?path (default the user's home).
-func (d *Dashboard) filesJSON(w http.ResponseWriter, r *http.Request, sess *session) {
-	sb, err := d.running(r.Context(), sess, r.PathValue("id"))
-	if err != nil {
-		apiFail(w, err)
-		return
-	}
-	defer sb.Close()
+func filesJSON(w http.ResponseWriter, r *http.Request, sb *sdk.Sandbox) {
 	dir := r.URL.Query().Get("path")
 	if dir == "" {
 		dir = "."
@@ -163,13 +174,7 @@ func (d *Dashboard) filesJSON(w http.ResponseWriter, r *http.Request, sess *sess
 }
 
 // download streams file ?path as an attachment.
-func (d *Dashboard) download(w http.ResponseWriter, r *http.Request, sess *session) {
-	sb, err := d.running(r.Context(), sess, r.PathValue("id"))
-	if err != nil {
-		apiFail(w, err)
-		return
-	}
-	defer sb.Close()
+func download(w http.ResponseWriter, r *http.Request, sb *sdk.Sandbox) {
 	p := r.URL.Query().Get("path")
 	info, err := sb.Files.GetInfo(r.Context(), p, nil)
 	if err == nil && info.Type == sdk.FileTypeDir {
@@ -192,19 +197,13 @@ func (d *Dashboard) download(w http.ResponseWriter, r *http.Request, sess *sessi
 }
 
 // upload writes the files of a multipart form into directory ?path.
-func (d *Dashboard) upload(w http.ResponseWriter, r *http.Request, sess *session) {
+func upload(w http.ResponseWriter, r *http.Request, sb *sdk.Sandbox) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxUploadBytes)
 	mr, err := r.MultipartReader()
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "want a multipart/form-data body: "+err.Error())
 		return
 	}
-	sb, err := d.running(r.Context(), sess, r.PathValue("id"))
-	if err != nil {
-		apiFail(w, err)
-		return
-	}
-	defer sb.Close()
 	dir := r.URL.Query().Get("path")
 	var written []string
 	for {
@@ -235,13 +234,7 @@ func (d *Dashboard) upload(w http.ResponseWriter, r *http.Request, sess *session
 }
 
 // contextsJSON lists the sandbox's code contexts.
-func (d *Dashboard) contextsJSON(w http.ResponseWriter, r *http.Request, sess *session) {
-	sb, err := d.running(r.Context(), sess, r.PathValue("id"))
-	if err != nil {
-		apiFail(w, err)
-		return
-	}
-	defer sb.Close()
+func contextsJSON(w http.ResponseWriter, r *http.Request, sb *sdk.Sandbox) {
 	list, err := sb.ListCodeContexts(r.Context())
 	if err != nil {
 		apiFail(w, err)
@@ -260,18 +253,12 @@ type executeRequest struct {
 // NDJSON events: {"type":"stdout"|"stderr","text"}, {"type":"result",...},
 // {"type":"error","name","value","traceback"}, then {"type":"end"} or
 // {"type":"failure","message"}. Closing the request interrupts the cell.
-func (d *Dashboard) execute(w http.ResponseWriter, r *http.Request, sess *session) {
+func execute(w http.ResponseWriter, r *http.Request, sb *sdk.Sandbox) {
 	var req executeRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxCodeBytes)).Decode(&req); err != nil {
 		writeError(w, http.StatusBadRequest, "want a JSON body {code, language?, context?}: "+err.Error())
 		return
 	}
-	sb, err := d.running(r.Context(), sess, r.PathValue("id"))
-	if err != nil {
-		apiFail(w, err)
-		return
-	}
-	defer sb.Close()
 	ev := newEventStream(w)
 	defer ev.stop()
 	opts := &sdk.RunCodeOptions{Language: req.Language, Timeout: sdk.NoTimeout,

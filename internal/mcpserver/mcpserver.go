@@ -21,7 +21,6 @@ package mcpserver
 import (
 	"context"
 	"log/slog"
-	"net/http"
 	"sync"
 	"time"
 
@@ -54,7 +53,8 @@ var sessionProtocols = []string{"2025-11-25", "2025-06-18", "2025-03-26", "2024-
 // Config configures the MCP tools.
 type Config struct {
 	// Connection says where the Cubby (or E2B) API is; its APIKey is the one
-	// of stdio sessions (HTTP sessions use the key of their request).
+	// of stdio sessions (HTTP sessions use the key of their request). Set its
+	// HTTPClient to share connections between sessions.
 	Connection sdk.ConnectionOptions
 	// Template of the session sandbox; default DefaultTemplate.
 	Template string
@@ -89,11 +89,6 @@ func (c *Config) defaults() {
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
-	}
-	if c.Connection.HTTPClient == nil {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxIdleConnsPerHost = 32
-		c.Connection.HTTPClient = &http.Client{Transport: tr}
 	}
 }
 

@@ -237,7 +237,7 @@ type app struct {
 // sandbox-side ones per status class. self is the server's own URL, which the
 // MCP tools are a client of.
 func (a *app) handler(cfg Config, self string, log *slog.Logger) (http.Handler, error) {
-	conn := sdk.ConnectionOptions{APIURL: self, SandboxURL: self, Domain: cfg.Domain}
+	conn := sdk.ConnectionOptions{APIURL: self, SandboxURL: self, Domain: cfg.Domain, HTTPClient: selfClient()}
 	a.mcp = mcpserver.New(mcpserver.Config{Connection: conn, Version: cfg.Version, Log: log.With("component", "mcp")})
 	keys := apikey.NewChecker(conn, 0)
 	dash, err := dashboard.New(dashboard.Config{Connection: conn, Check: keys.Check, Stats: a.metrics.Registry(),
@@ -424,4 +424,13 @@ func selfURL(a net.Addr) string {
 		ip = net.IPv4(127, 0, 0, 1)
 	}
 	return "http://" + net.JoinHostPort(ip.String(), strconv.Itoa(tcp.Port))
+}
+
+// selfClient is the HTTP client the MCP tools and the dashboard reach the
+// server with: one pool of keep-alive connections to the own listener.
+func selfClient() *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = nil // the own listener is never behind a proxy
+	tr.MaxIdleConnsPerHost = 64
+	return &http.Client{Transport: tr}
 }

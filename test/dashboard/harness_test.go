@@ -7,7 +7,6 @@ package dashboardtest
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -30,29 +29,11 @@ import (
 var srv *testserver.Server
 
 func TestMain(m *testing.M) {
-	if reason := testserver.SkipReason(); reason != "" {
-		fmt.Println("skipping the dashboard tests:", reason)
-		os.Exit(0)
-	}
-	s, err := testserver.Launch(testserver.Options{BridgePrefix: "cbdash"})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	srv = s
-	code := m.Run()
-	if code != 0 {
-		fmt.Fprintf(os.Stderr, "cubby serve log (tail):\n%s\n", s.Log())
-	}
-	s.Stop()
-	os.Exit(code)
+	os.Exit(testserver.Main(m, testserver.Options{BridgePrefix: "cbdash"}, &srv))
 }
 
 // conn returns SDK options for the server with its key.
-func conn() sdk.ConnectionOptions {
-	u := "http://" + srv.Addr
-	return sdk.ConnectionOptions{APIKey: srv.Key, APIURL: u, SandboxURL: u, RequestTimeout: 2 * time.Minute}
-}
+func conn() sdk.ConnectionOptions { return srv.Conn() }
 
 // create makes a sandbox through the SDK and kills it when the test ends.
 func create(t testing.TB, template string, md map[string]string) *sdk.Sandbox {

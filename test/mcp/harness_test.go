@@ -8,7 +8,6 @@ package mcptest
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -28,29 +27,11 @@ import (
 var srv *testserver.Server
 
 func TestMain(m *testing.M) {
-	if reason := testserver.SkipReason(); reason != "" {
-		fmt.Println("skipping the MCP tests:", reason)
-		os.Exit(0)
-	}
-	s, err := testserver.Launch(testserver.Options{BridgePrefix: "cbmcp"})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	srv = s
-	code := m.Run()
-	if code != 0 {
-		fmt.Fprintf(os.Stderr, "cubby serve log (tail):\n%s\n", s.Log())
-	}
-	s.Stop()
-	os.Exit(code)
+	os.Exit(testserver.Main(m, testserver.Options{BridgePrefix: "cbmcp"}, &srv))
 }
 
 // conn returns SDK options for the server with its key.
-func conn() sdk.ConnectionOptions {
-	url := "http://" + srv.Addr
-	return sdk.ConnectionOptions{APIKey: srv.Key, APIURL: url, SandboxURL: url}
-}
+func conn() sdk.ConnectionOptions { return srv.Conn() }
 
 // transports are the two ways a client reaches the tools.
 var transports = []string{"stdio", "http"}
