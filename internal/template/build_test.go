@@ -40,6 +40,7 @@ func TestBuildReal(t *testing.T) {
 		t.Fatalf("build: %v\nprogress:\n%s", err, progress.String())
 	}
 	checkProgress(t, progress.String())
+	checkBuildLog(t, m, info, progress.String())
 	checkTree(t, info)
 	checkInSandbox(t, info.RootfsDir)
 	before := fingerprint(t, filepath.Dir(info.RootfsDir))
@@ -284,4 +285,21 @@ func fingerprint(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// checkBuildLog: the build kept its output as the tree's build log.
+func checkBuildLog(t *testing.T, m *Manager, info Info, progress string) {
+	t.Helper()
+	entries, err := m.BuildLog(info.Name, info.BuildID())
+	if err != nil || len(entries) < 3 {
+		t.Fatalf("build log: %d entries, %v", len(entries), err)
+	}
+	for _, e := range entries[:3] {
+		if !strings.Contains(progress, e.Message) {
+			t.Fatalf("build log line %q is not in the build's output", e.Message)
+		}
+	}
+	if last := entries[len(entries)-1].Message; !strings.HasPrefix(last, "build finished in ") {
+		t.Fatalf("last build log line %q", last)
+	}
 }
