@@ -148,16 +148,17 @@ func (s *Service) session(ss *mcp.ServerSession, conn sdk.ConnectionOptions) *se
 	s.sessions[ss] = st
 	go func() {
 		_ = ss.Wait()
+		st.close() // before leaving the map, so Close waits for it
 		s.mu.Lock()
 		delete(s.sessions, ss)
 		s.mu.Unlock()
-		st.close()
 	}()
 	return st
 }
 
 // Close ends every session's state: their sandboxes are killed and their
-// command streams closed. It waits until that is done or ctx ends.
+// command streams closed. It waits until that is done (also for sessions
+// whose client left just before) or ctx ends.
 func (s *Service) Close(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true

@@ -34,6 +34,8 @@ type session struct {
 	contexts map[string]*sdk.CodeContext // "<sandbox>/<label>"
 	procs    map[string]*proc            // "<sandbox>/<pid>"
 	closed   bool
+
+	closeOnce sync.Once
 }
 
 func newSession(cfg Config, conn sdk.ConnectionOptions) *session {
@@ -176,13 +178,12 @@ func (s *session) forgetIfGone(id string, err error) {
 	}
 }
 
-// close kills the session's own sandbox and drops everything else.
-func (s *session) close() {
+// close kills the session's own sandbox and drops everything else. Callers
+// after the first wait until that is done.
+func (s *session) close() { s.closeOnce.Do(s.shutdown) }
+
+func (s *session) shutdown() {
 	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return
-	}
 	s.closed = true
 	own := s.own
 	ids := make([]string, 0, len(s.boxes))
