@@ -1,8 +1,11 @@
 package testserver
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -40,4 +43,31 @@ func Main(m *testing.M, opts Options, srv **Server) int {
 func (s *Server) Conn() sdk.ConnectionOptions {
 	u := "http://" + s.Addr
 	return sdk.ConnectionOptions{APIKey: s.Key, APIURL: u, SandboxURL: u, RequestTimeout: 2 * time.Minute}
+}
+
+// TeamKey creates an API key of team ("" = the default team) with the real
+// `cubby keys create` in the server's data directory (the server reads keys
+// on every request, so no restart) and returns it. Errors: the command fails
+// or prints something else than the key of that team.
+func (s *Server) TeamKey(team string) (string, error) {
+	args := []string{"keys", "create", "--name", "test", "--json", "--data-dir", s.DataDir}
+	if team != "" {
+		args = append(args, "--team", team)
+	}
+	out, err := exec.Command(s.Bin, args...).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return "", fmt.Errorf("cubby keys create --team %s: %w\n%s", team, err, ee.Stderr)
+		}
+		return "", fmt.Errorf("cubby keys create --team %s: %w", team, err)
+	}
+	var k struct {
+		Key  string `json:"key"`
+		Team string `json:"team"`
+	}
+	if err := json.Unmarshal(out, &k); err != nil || k.Key == "" || (team != "" && k.Team != team) {
+		return "", fmt.Errorf("cubby keys create --team %s printed %s (%v)", team, out, err)
+	}
+	return k.Key, nil
 }

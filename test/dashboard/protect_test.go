@@ -206,3 +206,33 @@ func csrfOf(t testing.TB, c *http.Client) (string, string) {
 	rest := page[i+len(marker):]
 	return page, rest[:strings.IndexByte(rest, '"')]
 }
+
+// TestOtherTeam: logged in with another team's key, the dashboard neither
+// shows nor touches the default team's sandbox.
+func TestOtherTeam(t *testing.T) {
+	sb := create(t, "base", nil)
+	key, err := srv.TeamKey("dash-other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, token := httpLogin(t, key)
+	resp := must(c.Get(srv.URL("/dashboard/sandboxes/" + sb.ID())))
+	if read(resp); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("another team's sandbox page: %d", resp.StatusCode)
+	}
+	resp = must(c.Get(srv.URL("/dashboard/api/sandboxes/" + sb.ID() + "/files")))
+	if read(resp); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("another team's files: %d", resp.StatusCode)
+	}
+	if page := get(t, c, "/dashboard/sandboxes"); strings.Contains(page, sb.ID()) {
+		t.Fatal("another team's table lists the sandbox")
+	}
+	resp = must(c.PostForm(srv.URL("/dashboard/sandboxes/actions"), url.Values{"csrf": {token}, "do": {"kill:" + sb.ID()}}))
+	read(resp)
+	if page := get(t, c, resp.Header.Get("Location")); !strings.Contains(page, "Failed: "+sb.ID()) {
+		t.Fatal("killing another team's sandbox did not fail")
+	}
+	if info, err := sb.GetInfo(context.Background()); err != nil || info.State != sdk.StateRunning {
+		t.Fatalf("the sandbox after another team's kill: %v %v", info, err)
+	}
+}

@@ -83,6 +83,8 @@ func TestKilledMidCall(t *testing.T) {
 
 // TestHTTPAuth: /mcp refuses requests without a key or with a wrong one, and
 // a session created with one key refuses requests carrying another valid key.
+// Tools act with the session's key: another team's sandboxes do not exist for
+// them.
 func TestHTTPAuth(t *testing.T) {
 	initBody := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
 	post := func(key, session, body string) (*http.Response, string) {
@@ -115,13 +117,46 @@ func TestHTTPAuth(t *testing.T) {
 		t.Fatalf("initialize: %d %q %s", resp.StatusCode, session, body)
 	}
 	list := `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`
-	if resp, body := post(storedKey(t), session, list); resp.StatusCode != 403 {
+	if resp, body := post(teamKey(t, ""), session, list); resp.StatusCode != 403 {
 		t.Fatalf("another key on the session: %d %s", resp.StatusCode, body)
 	}
 	if resp, body := post(srv.Key, session, list); resp.StatusCode != 200 || !strings.Contains(body, "run_code") {
 		t.Fatalf("the session's own key: %d %s", resp.StatusCode, body)
 	}
+	checkOtherTeam(t)
 	if log, err := os.ReadFile(srv.LogPath); err != nil || bytes.Contains(log, []byte(srv.Key)) {
 		t.Fatalf("the server log contains the API key (or cannot be read: %v)", err)
+	}
+}
+
+// checkOtherTeam: a session of another team's key cannot see, use or kill a
+// sandbox of the default team.
+func checkOtherTeam(t *testing.T) {
+	t.Helper()
+	mine, _ := connect(t, "http", srv.Key)
+	var c cell
+	call(t, mine, "run_code", map[string]any{"code": "1 + 1"}, &c)
+	other, _ := connect(t, "http", teamKey(t, "other-team"))
+	for _, tool := range []string{"sandbox_info", "sandbox_kill", "run_code"} {
+		args := map[string]any{"sandbox": c.Sandbox}
+		if tool == "run_code" {
+			args["code"] = "1"
+		}
+		res := callRaw(t, context.Background(), other, tool, args)
+		if !res.IsError || !strings.Contains(text(res), "not found") {
+			t.Fatalf("%s on another team's sandbox: %s", tool, text(res))
+		}
+	}
+	var list struct {
+		Sandboxes []info `json:"sandboxes"`
+	}
+	call(t, other, "sandbox_list", nil, &list)
+	for _, sb := range list.Sandboxes {
+		if sb.Sandbox == c.Sandbox {
+			t.Fatal("another team lists the sandbox")
+		}
+	}
+	if sandboxState(t, c.Sandbox) != "running" {
+		t.Fatal("the sandbox did not survive the other team's calls")
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -178,17 +177,12 @@ func waitGone(t *testing.T, id string, within time.Duration) {
 	t.Fatalf("sandbox %s still exists %s later", id, within)
 }
 
-// storedKey returns the key the server created and printed on first start
-// (the test server also accepts CUBBY_API_KEY, so this is a second valid key).
-func storedKey(t *testing.T) string {
+// teamKey creates a key of team through the server's CLI.
+func teamKey(t *testing.T, team string) string {
 	t.Helper()
-	b, err := os.ReadFile(srv.LogPath)
+	key, err := srv.TeamKey(team)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`E2B_API_KEY=(e2b_[0-9a-f]{40})`).FindSubmatch(b)
-	if m == nil {
-		t.Fatal("the server log has no first API key")
-	}
-	return string(m[1])
+	return key
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -21,26 +20,11 @@ import (
 // keys on every request, so no restart) and returns it.
 func (s *server) teamKey(t *testing.T, team string) string {
 	t.Helper()
-	args := []string{"keys", "create", "--name", "security-test", "--json", "--data-dir", s.DataDir}
-	if team != "" {
-		args = append(args, "--team", team)
-	}
-	out, err := exec.Command(s.Bin, args...).Output()
+	key, err := s.TeamKey(team)
 	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			t.Fatalf("cubby keys create --team %s: %v\n%s", team, err, ee.Stderr)
-		}
-		t.Fatalf("cubby keys create --team %s: %v", team, err)
+		t.Fatal(err)
 	}
-	var k struct {
-		Key  string `json:"key"`
-		Team string `json:"team"`
-	}
-	if err := json.Unmarshal(out, &k); err != nil || k.Key == "" || (team != "" && k.Team != team) {
-		t.Fatalf("cubby keys create --team %s printed %s (%v)", team, out, err)
-	}
-	return k.Key
+	return key
 }
 
 // e2bError is E2B's control-plane error body.
