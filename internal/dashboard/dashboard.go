@@ -208,7 +208,10 @@ func secure(next http.Handler) http.Handler {
 // errorText is the message of an SDK error as a person reads it.
 func errorText(err error) string {
 	var nf *sdk.NotFoundError
+	var auth *sdk.AuthenticationError
 	switch {
+	case errors.As(err, &auth):
+		return "The server no longer accepts the API key of this session (revoked?): log out and in again."
 	case errors.Is(err, sdk.ErrSandboxKilled):
 		return "The sandbox was killed or paused during the request."
 	case errors.As(err, &nf) && nf.Resource == sdk.ResourceSandbox:

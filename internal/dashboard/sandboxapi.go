@@ -34,7 +34,10 @@ var errPaused = errors.New("the sandbox is paused: resume it first")
 func apiFail(w http.ResponseWriter, err error) {
 	var nf *sdk.NotFoundError
 	var inv *sdk.InvalidArgumentError
+	var auth *sdk.AuthenticationError
 	switch {
+	case errors.As(err, &auth):
+		writeError(w, http.StatusForbidden, errorText(err)) // not 401: the session itself is valid
 	case errors.Is(err, errPaused):
 		writeError(w, http.StatusConflict, err.Error())
 	case errors.As(err, &nf):
