@@ -49,7 +49,7 @@ func (c *client) progressMessages() []string {
 
 // connect opens an MCP session over kind ("stdio": `cubby mcp` as a child
 // process; "http": the server's /mcp with key) and closes it when the test ends.
-func connect(t *testing.T, kind, key string) (*mcp.ClientSession, *client) {
+func connect(t testing.TB, kind, key string) (*mcp.ClientSession, *client) {
 	t.Helper()
 	c := &client{}
 	mc := mcp.NewClient(&mcp.Implementation{Name: "cubby-test", Version: "1"}, &mcp.ClientOptions{
@@ -100,7 +100,7 @@ func (h headerRT) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // testWriter logs a child's stderr into the test.
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Logf("%s", strings.TrimRight(string(p), "\n"))
@@ -186,3 +186,4 @@ func teamKey(t *testing.T, team string) string {
 	}
 	return key
 }
+
