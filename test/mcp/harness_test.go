@@ -186,4 +186,3 @@ func teamKey(t *testing.T, team string) string {
 	}
 	return key
 }
-
