@@ -35,6 +35,7 @@ type fakeBackend struct {
 	nextIP    int
 	logLines  []backend.LogLine // returned by Logs for every sandbox
 	reinits   map[string][]agentapi.InitRequest
+	killCtx   []error // ctx.Err() seen by each Kill
 }
 
 func newFakeBackend() *fakeBackend {
@@ -57,9 +58,10 @@ func (f *fakeBackend) Create(_ context.Context, req backend.CreateRequest) (back
 	return *in, nil
 }
 
-func (f *fakeBackend) Kill(_ context.Context, id string) error {
+func (f *fakeBackend) Kill(ctx context.Context, id string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.killCtx = append(f.killCtx, ctx.Err())
 	delete(f.instances, id)
 	return nil
 }

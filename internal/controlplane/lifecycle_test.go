@@ -274,3 +274,24 @@ func TestRecoverPauseModes(t *testing.T) {
 		}
 	}
 }
+
+// TestKillOutlivesCancelledRequest: a kill whose request is cancelled midway
+// (the client disconnected) still stops the sandbox in the backend with a live
+// context, so nothing is stranded until the next start.
+func TestKillOutlivesCancelledRequest(t *testing.T) {
+	h := newHarness(t, Config{})
+	id := h.create(map[string]any{"templateID": "base"})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := h.svc.kill(ctx, id, serverCaller, reasonRequest); err != nil {
+		t.Fatalf("kill with a cancelled request: %v", err)
+	}
+	h.fake.mu.Lock()
+	defer h.fake.mu.Unlock()
+	if len(h.fake.killCtx) != 1 || h.fake.killCtx[0] != nil {
+		t.Fatalf("backend Kill saw context errors %v, want one live context", h.fake.killCtx)
+	}
+	if _, alive := h.fake.instances[id]; alive {
+		t.Fatal("sandbox still in the backend after the kill")
+	}
+}

@@ -162,7 +162,13 @@ func (s *Service) kill(ctx context.Context, id, caller, reason string) error {
 // dying agent) and the SDK's /health probe gets 502 at once, which is how the SDKs
 // recognise a killed sandbox (E2B wire §3.5). A backend failure is reported, but the
 // sandbox stays killed; whatever the backend left behind is swept at the next start.
+//
+// Once begun, a kill runs to completion even when ctx is cancelled (a client that
+// disconnects from DELETE mid-request): the sandbox has already left the routing
+// table, so stopping halfway would only strand its processes, mounts and network
+// until the next start.
 func (s *Service) killLocked(ctx context.Context, sb *sandbox, reason string) error {
+	ctx = context.WithoutCancel(ctx)
 	s.forget(sb)
 	s.metrics.SandboxKilled(killLabel(reason))
 	s.notifyKill(sb.id)
