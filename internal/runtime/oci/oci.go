@@ -54,8 +54,9 @@ type Options struct {
 // capability set, NoNewPrivileges false, RLIMIT_NOFILE 1048576 (capped by the host, see
 // Options.NoFile), the standard /proc, /dev, /dev/pts, /dev/shm, /dev/mqueue, /sys (ro) and /sys/fs/cgroup (ro) mounts, masked and
 // read-only proc/sys paths, pid, ipc, uts, mount, network and cgroup namespaces
-// and a seccomp filter denying non-namespaced and namespace-creating syscalls
-// (seccompProfile) (OCI runtime spec config.md and config-linux.md). It returns an error when a
+// and a seccomp allowlist that refuses every other syscall, non-namespaced and
+// namespace-creating ones first (seccompProfile) (OCI runtime spec config.md and
+// config-linux.md). It returns an error when a
 // required option is missing or a path is not absolute.
 func Build(o Options) (*specs.Spec, error) {
 	if err := validate(o); err != nil {
