@@ -97,13 +97,20 @@ type Stats struct {
 	DiskTotal  uint64  // bytes of the writable layer
 }
 
-// LogLine is one line of a sandbox's agent or kernel logs.
+// LogLine is one line of a sandbox's logs.
 type LogLine struct {
-	// Timestamp is the line's own "time" field when it is a JSON log record,
-	// otherwise that of the record before it in the same file (or, with none,
-	// the file's modification time).
+	// Timestamp is when the host received the line (or, for a host record, wrote
+	// it). A kernel log line carries its own "time" field when it is a JSON log
+	// record, otherwise that of the record before it in the same file (or, with
+	// none, the file's modification time).
 	Timestamp time.Time
-	Line      string // the raw line without its newline
+	// Source says who wrote the line, as the host knows it: "host" (the server),
+	// "sandbox" (the sandbox's stdout/stderr: its agent or any process inside) or
+	// "kernel" (a code-interpreter kernel's log inside the sandbox).
+	Source string
+	// Line is the line without its newline; a JSON object carries Source as its
+	// "source" member (package sandboxlog, Label), whatever it said itself.
+	Line string
 }
 
 // Backend runs sandboxes. Implementations are safe for concurrent use.
@@ -136,8 +143,10 @@ type Backend interface {
 	// Stats samples the sandbox's cgroup and disk usage. A sandbox paused in
 	// PauseFilesystem or PauseCheckpoint mode has no cgroup: ErrPaused.
 	Stats(ctx context.Context, id string) (Stats, error)
-	// Logs returns the sandbox's agent log lines (its JSON slog output on
-	// stdout/stderr) merged with its kernels' output (agentapi.KernelLogDir),
+	// Logs returns the sandbox's output lines (what its agent and any process
+	// writes to its stdout/stderr, drained by the host at a bounded rate into a
+	// capped log) and the host's records about it, merged with its kernels'
+	// output (agentapi.KernelLogDir), each labelled with its source (LogLine),
 	// stamped at or after since (zero = from the start), oldest first, at most
 	// limit of them (the most recent ones when more match). Only the logs'
 	// tails (a bounded number of bytes) are read. Errors: ErrNotFound.

@@ -27,6 +27,7 @@ func newAgentCmd() *cobra.Command {
 				}
 				os.Exit(code)
 			}
+			initproc.CatchSIGPIPE()
 			agent.PrewarmThreads(48)
 			cfg := agent.Config{Addr: addr, Log: logger(cmd, true)}
 			cfg.Boot = bootOptions(cmd, contexts, preload)

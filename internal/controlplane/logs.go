@@ -18,8 +18,9 @@ const (
 	maxLogLimit     = 10000
 )
 
-// GetSandboxLogs implements GET /sandboxes/{id}/logs?start&limit: the agent's
-// and kernels' log lines (backend.Backend.Logs) stamped at or after start
+// GetSandboxLogs implements GET /sandboxes/{id}/logs?start&limit: the sandbox's
+// output, the host's records about it and its kernels' log lines
+// (backend.Backend.Logs), each labelled with its source, stamped at or after start
 // (unix ms), the last limit of them (0 or
 // absent: 1000; capped at 10000), as
 // E2B's SandboxLogs {"logs":[{timestamp,line}],"logEntries":[{timestamp,level,message,fields}]}.
@@ -67,7 +68,8 @@ func logQuery(p api.GetSandboxLogsParams) (since time.Time, limit int, err error
 
 // logsView converts raw lines into both E2B shapes: every line in `logs`, and
 // the lines that are JSON log records (log/slog's JSON handler: time, level,
-// msg, other attributes) in `logEntries`.
+// msg, other attributes) in `logEntries`, whose "source" field is the source
+// the backend gives (host, sandbox or kernel), whatever the record says.
 func logsView(lines []backend.LogLine) api.SandboxLogs {
 	out := api.SandboxLogs{Logs: []api.SandboxLog{}, LogEntries: []api.SandboxLogEntry{}}
 	for _, l := range lines {
@@ -98,6 +100,9 @@ func logEntry(l backend.LogLine) (api.SandboxLogEntry, bool) {
 		} else if b, err := json.Marshal(v); err == nil {
 			e.Fields[k] = string(b)
 		}
+	}
+	if l.Source != "" {
+		e.Fields["source"] = l.Source
 	}
 	return e, true
 }

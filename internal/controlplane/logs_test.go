@@ -17,7 +17,7 @@ func TestSandboxLogs(t *testing.T) {
 	h.fake.logLines = []backend.LogLine{
 		{Timestamp: t0, Line: `{"time":"2026-03-04T05:06:07Z","level":"INFO","msg":"listening","addr":"0.0.0.0:49983","port":49983}`},
 		{Timestamp: t0.Add(time.Second), Line: "panic: not json"},
-		{Timestamp: t0.Add(2 * time.Second), Line: `{"time":"2026-03-04T05:06:09Z","level":"ERROR","msg":"boom","err":"x"}`},
+		{Timestamp: t0.Add(2 * time.Second), Source: "sandbox", Line: `{"time":"2026-03-04T05:06:09Z","level":"ERROR","msg":"boom","err":"x","source":"host"}`},
 	}
 	id := h.create(map[string]any{"templateID": "base"})
 
@@ -40,8 +40,8 @@ func TestSandboxLogs(t *testing.T) {
 	if _, ok := e.Fields["msg"]; ok {
 		t.Fatalf("msg repeated in fields: %+v", e.Fields)
 	}
-	if got.LogEntries[1].Level != api.SandboxLogEntryLevelError {
-		t.Fatalf("level = %q", got.LogEntries[1].Level)
+	if got.LogEntries[1].Level != api.SandboxLogEntryLevelError || got.LogEntries[1].Fields["source"] != "sandbox" {
+		t.Fatalf("level = %q, source %q (the backend's source wins)", got.LogEntries[1].Level, got.LogEntries[1].Fields["source"])
 	}
 
 	start := t0.Add(time.Second).UnixMilli()

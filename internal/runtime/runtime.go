@@ -6,6 +6,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"os"
 )
 
 // ErrNotFound is returned when the runtime has no container with the given ID.
@@ -40,9 +41,11 @@ type Runtime interface {
 	// Name is the runtime's short name ("runc", "runsc").
 	Name() string
 	// Start creates and starts the container id from the bundle directory (which holds
-	// config.json and the rootfs the spec names). The container's stdout and stderr go
-	// to logPath (appended). It returns once the init process runs.
-	Start(ctx context.Context, id, bundle, logPath string) error
+	// config.json and the rootfs the spec names). The container's stdout and stderr are
+	// output (its stdin /dev/null): the write end of a pipe or FIFO the caller drains,
+	// never a host file the container could grow. The caller keeps output and may
+	// close it once Start returns. It returns once the init process runs.
+	Start(ctx context.Context, id, bundle string, output *os.File) error
 	// State reports the container's state, or ErrNotFound.
 	State(ctx context.Context, id string) (State, error)
 	// List reports every container this runtime instance knows (its state root).
@@ -68,6 +71,7 @@ type Checkpointer interface {
 	// Restore recreates container id from the bundle directory and the image saved
 	// by Checkpoint in imageDir, its processes resuming where they were. The bundle's
 	// root filesystem must be mounted with the content it had at Checkpoint. Its
-	// stdout and stderr go to logPath (appended). It returns once the processes run.
-	Restore(ctx context.Context, id, bundle, imageDir, logPath string) error
+	// stdout and stderr are output, as for Runtime.Start. It returns once the
+	// processes run.
+	Restore(ctx context.Context, id, bundle, imageDir string, output *os.File) error
 }

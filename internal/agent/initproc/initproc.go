@@ -29,7 +29,10 @@ func IsInit() bool {
 }
 
 // Run re-executes the current binary with the same arguments as a child and
-// supervises it: SIGTERM/SIGINT/SIGHUP/SIGQUIT are forwarded and end supervision;
+// supervises it. The child's stdout and stderr are a pipe Run relays, line by
+// line, to its own stdout without ever blocking (see output), so neither the
+// agent nor its init stalls or dies when the host reads slowly or not at all.
+// SIGTERM/SIGINT/SIGHUP/SIGQUIT are forwarded and end supervision;
 // a child that dies on its own (crashed, or could not create a thread while a fork
 // bomb held every PID of the sandbox) is started again after a short backoff, so
 // the sandbox stays reachable. Every process re-parented to PID 1 is reaped. Run
@@ -40,16 +43,26 @@ func Run() (int, error) {
 	if err != nil {
 		return 1, fmt.Errorf("find own executable: %w", err)
 	}
+	CatchSIGPIPE()
+	out, err := newOutput(unix.Stdout)
+	if err != nil {
+		return 1, err
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return 1, fmt.Errorf("agent output pipe: %w", err)
+	}
+	go relay(r, out)
 	sigs := make(chan os.Signal, 64)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGCHLD)
 	backoff := 50 * time.Millisecond
 	stopping := false
-	child, err := startChild(exe)
+	child, err := startChild(exe, w)
 	for err != nil {
-		fmt.Fprintf(os.Stderr, "cubby init: start agent: %v; retrying in %v\n", err, backoff)
+		out.Printf("cubby init: start agent: %v; retrying in %v", err, backoff)
 		time.Sleep(backoff)
 		backoff = min(backoff*2, 5*time.Second)
-		child, err = startChild(exe)
+		child, err = startChild(exe, w)
 	}
 	started := time.Now()
 	for sig := range sigs {
@@ -65,27 +78,28 @@ func Run() (int, error) {
 		if stopping {
 			return code, nil
 		}
-		fmt.Fprintf(os.Stderr, "cubby init: agent exited with status %d; restarting it\n", code)
+		out.Printf("cubby init: agent exited with status %d; restarting it", code)
 		if time.Since(started) > time.Minute {
 			backoff = 50 * time.Millisecond
 		}
 		for {
 			time.Sleep(backoff)
 			backoff = min(backoff*2, 5*time.Second)
-			if child, err = startChild(exe); err == nil {
+			if child, err = startChild(exe, w); err == nil {
 				break
 			}
-			fmt.Fprintf(os.Stderr, "cubby init: restart agent: %v\n", err)
+			out.Printf("cubby init: restart agent: %v", err)
 		}
 		started = time.Now()
 	}
 	return 1, errors.New("signal channel closed")
 }
 
-func startChild(exe string) (int, error) {
+// startChild starts the agent with stdout and stderr on output.
+func startChild(exe string, output *os.File) (int, error) {
 	cmd := exec.Command(exe, os.Args[1:]...)
 	cmd.Env = append(os.Environ(), childEnv+"=1")
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, output, output
 	if err := cmd.Start(); err != nil {
 		return 0, err
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
@@ -72,13 +71,17 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (inst b
 	if err := b.saveState(s); err != nil {
 		return backend.Instance{}, err
 	}
-	if err := rt.Start(ctx, req.SandboxID, filepath.Join(dir, "bundle"), filepath.Join(dir, "agent.log")); err != nil {
-		return backend.Instance{}, fmt.Errorf("start %s container: %w", rt.Name(), err)
+	if err := b.openOutput(s); err != nil {
+		return backend.Instance{}, err
+	}
+	undo = append(undo, func() { b.closeOutput(s) })
+	if err := b.startContainer(ctx, s, rt); err != nil {
+		return backend.Instance{}, err
 	}
 	undo = append(undo, func() { _ = rt.Kill(cleanupCtx, req.SandboxID) })
 
 	if err := b.initAgent(ctx, s, ""); err != nil {
-		return backend.Instance{}, fmt.Errorf("%w (agent log: %s)", err, tailLog(filepath.Join(dir, "agent.log")))
+		return backend.Instance{}, fmt.Errorf("%w (sandbox output: %s)", err, b.outputTail(s.ID))
 	}
 	b.mu.Lock()
 	b.sandboxes[s.ID] = s
@@ -230,18 +233,6 @@ func writeEtcFiles(dir, hostname, addr string) (map[string]string, error) {
 	return out, nil
 }
 
-// tailLog returns the last lines of a log file for error messages.
-func tailLog(path string) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return "unavailable"
-	}
-	if len(data) > 2048 {
-		data = data[len(data)-2048:]
-	}
-	return strings.TrimSpace(string(data))
-}
-
 // Kill implements backend.Backend: stop the container, then free network, rootfs and directory.
 func (b *Backend) Kill(ctx context.Context, id string) error {
 	s, err := b.get(id)
@@ -250,6 +241,7 @@ func (b *Backend) Kill(ctx context.Context, id string) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	b.closeOutput(s)
 	if err := b.destroy(ctx, id, s.Runtime); err != nil {
 		return err
 	}

@@ -22,11 +22,13 @@ import (
 	"github.com/cubby-dev/cubby/internal/network"
 	"github.com/cubby-dev/cubby/internal/rootfs"
 	"github.com/cubby-dev/cubby/internal/runtime"
+	"github.com/cubby-dev/cubby/internal/sandboxlog"
 )
 
 // Config configures the local backend.
 type Config struct {
-	// Dir holds one directory per sandbox (bundle, disk image, logs, state).
+	// Dir holds one directory per sandbox (bundle, disk image, output FIFO and
+	// capped log, state).
 	Dir string
 	// AgentBinary is the host path of the static cubby binary bind-mounted read-only
 	// into every sandbox as its init process.
@@ -70,6 +72,7 @@ type sandbox struct {
 	NoInternet bool `json:"noInternet,omitempty"`
 
 	mu      sync.Mutex // serialises lifecycle operations on this sandbox
+	out     *sandboxlog.Output
 	lastCPU cpuReading
 	// gen counts intentional stops of the container; an exit watcher started in an
 	// earlier generation ignores the exit (guarded by mu).

@@ -6,8 +6,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
 	"os"
 	"path"
 	"slices"
@@ -17,22 +15,25 @@ import (
 
 	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/backend"
+	"github.com/cubby-dev/cubby/internal/logfile"
 	"github.com/cubby-dev/cubby/internal/rootfs"
+	"github.com/cubby-dev/cubby/internal/sandboxlog"
 )
 
 // Bounds of what Logs reads.
 const (
-	maxLogTail       = 1 << 20   // bytes at the end of agent.log
+	maxLogTail       = 1 << 20   // bytes at the end of the output log (and its predecessor)
 	maxKernelLogTail = 256 << 10 // bytes at the end of each kernel log
 	maxKernelLogs    = 16        // most recently written kernel logs
 	maxKernelLogDir  = 4096      // directory entries looked at
 )
 
-// Logs implements backend.Backend: the last maxLogTail bytes of
-// <dir>/<id>/agent.log merged by timestamp with the last maxKernelLogTail bytes
-// of each of the maxKernelLogs most recently written kernel logs in
+// Logs implements backend.Backend: the last maxLogTail bytes of the sandbox's
+// output log (sandboxlog.Read: its stdout/stderr and the host's records, stamped
+// by the host) merged by timestamp with the last maxKernelLogTail bytes of each
+// of the maxKernelLogs most recently written kernel logs in
 // agentapi.KernelLogDir of the sandbox rootfs; of those, the last limit lines
-// stamped at or after since. A first partial line of a tail is dropped. Kernel
+// stamped at or after since. Every line is labelled with its source. Kernel
 // logs live in a tree the sandbox controls: they are opened beneath the rootfs
 // only (os.Root), must be regular files, and are skipped when unreadable (a
 // paused sandbox without a mounted rootfs has none).
@@ -40,54 +41,23 @@ func (b *Backend) Logs(_ context.Context, id string, since time.Time, limit int)
 	if _, err := b.get(id); err != nil {
 		return nil, err
 	}
-	return sandboxLogs(b.logPath(id), path.Join(b.sandboxDir(id), rootfs.RootfsName), since, limit)
+	return sandboxLogs(b.sandboxDir(id), path.Join(b.sandboxDir(id), rootfs.RootfsName), since, limit)
 }
 
-// sandboxLogs implements Logs for the agent log at agentLog and the rootfs at
+// sandboxLogs implements Logs for the sandbox directory dir and the rootfs at
 // rootDir.
-func sandboxLogs(agentLog, rootDir string, since time.Time, limit int) ([]backend.LogLine, error) {
-	lines, err := readLogTail(agentLog, time.Time{}, 0)
+func sandboxLogs(dir, rootDir string, since time.Time, limit int) ([]backend.LogLine, error) {
+	out, err := sandboxlog.Read(dir, maxLogTail)
 	if err != nil {
 		return nil, err
+	}
+	lines := make([]backend.LogLine, 0, len(out))
+	for _, l := range out {
+		lines = append(lines, backend.LogLine{Timestamp: l.Time, Source: l.Source, Line: l.Text})
 	}
 	lines = append(lines, kernelLogs(rootDir)...)
 	slices.SortStableFunc(lines, func(x, y backend.LogLine) int { return x.Timestamp.Compare(y.Timestamp) })
 	return filterLines(lines, since, limit), nil
-}
-
-// readLogTail reads the agent log at path: its last maxLogTail bytes as lines,
-// the last limit of those stamped at or after since (limit 0 = all).
-func readLogTail(path string, since time.Time, limit int) ([]backend.LogLine, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("open agent log: %w", err)
-	}
-	defer func() { _ = f.Close() }()
-	data, mtime, err := readTail(f, maxLogTail)
-	if err != nil {
-		return nil, fmt.Errorf("read agent log: %w", err)
-	}
-	return filterLines(splitLines(data, mtime), since, limit), nil
-}
-
-// readTail returns the last n bytes of f without a first partial line, and
-// f's modification time.
-func readTail(f *os.File, n int64) ([]byte, time.Time, error) {
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, time.Time{}, err
-	}
-	off := max(fi.Size()-n, 0)
-	data, err := io.ReadAll(io.NewSectionReader(f, off, fi.Size()-off))
-	if err != nil {
-		return nil, time.Time{}, err
-	}
-	if off > 0 {
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			data = data[i+1:]
-		}
-	}
-	return data, fi.ModTime(), nil
 }
 
 // kernelLogs reads the kernel logs beneath the rootfs at dir (see Logs); every
@@ -134,19 +104,21 @@ func readKernelLog(root *os.Root, name string) []backend.LogLine {
 		return nil
 	}
 	defer func() { _ = f.Close() }()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
 		return nil
 	}
-	data, mtime, err := readTail(f, maxKernelLogTail)
+	data, err := logfile.Tail(f, fi.Size(), maxKernelLogTail)
 	if err != nil {
 		return nil
 	}
-	return splitLines(data, mtime)
+	return splitLines(data, fi.ModTime())
 }
 
-// splitLines splits data into non-blank LogLines stamped with their JSON "time"
-// field; a line without one takes the time of the line before it (leading ones
-// the first stamped time after them, or mtime when no line has one).
+// splitLines splits the kernel log data into non-blank LogLines labelled
+// "kernel" and stamped with their JSON "time" field; a line without one takes
+// the time of the line before it (leading ones the first stamped time after
+// them, or mtime when no line has one).
 func splitLines(data []byte, mtime time.Time) []backend.LogLine {
 	out := []backend.LogLine{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
@@ -171,7 +143,8 @@ func splitLines(data []byte, mtime time.Time) []backend.LogLine {
 		default:
 			ts = prev
 		}
-		out = append(out, backend.LogLine{Timestamp: ts, Line: sc.Text()})
+		out = append(out, backend.LogLine{Timestamp: ts, Source: sandboxlog.SourceKernel,
+			Line: sandboxlog.Label(sc.Text(), sandboxlog.SourceKernel)})
 	}
 	if prev.IsZero() {
 		for i := range out {

@@ -1,70 +1,17 @@
 package local
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cubby-dev/cubby/internal/backend"
+	"github.com/cubby-dev/cubby/internal/sandboxlog"
 )
-
-func TestReadLogTail(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "agent.log")
-	content := `{"time":"2026-01-02T03:04:05Z","level":"INFO","msg":"starting"}
-{"time":"2026-01-02T03:04:06Z","level":"INFO","msg":"listening","addr":"0.0.0.0:49983"}
-plain text line
-
-{"time":"2026-01-02T03:04:08Z","level":"WARN","msg":"late"}
-`
-	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	all, err := readLogTail(p, time.Time{}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(all) != 4 || !strings.Contains(all[1].Line, "listening") || all[2].Line != "plain text line" {
-		t.Fatalf("lines = %+v", all)
-	}
-	if !all[0].Timestamp.Equal(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) {
-		t.Fatalf("timestamp = %v", all[0].Timestamp)
-	}
-	since, err := readLogTail(p, time.Date(2026, 1, 2, 3, 4, 6, 0, time.UTC), 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// "listening", the plain line (mtime, now) and "late" match; limit keeps the last two.
-	if len(since) != 2 || since[0].Line != "plain text line" || !strings.Contains(since[1].Line, "late") {
-		t.Fatalf("since/limit lines = %+v", since)
-	}
-}
-
-func TestReadLogTailBounded(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "agent.log")
-	line := strings.Repeat("x", 1023) + "\n"
-	if err := os.WriteFile(p, []byte(strings.Repeat(line, 2*maxLogTail/len(line))), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	got, err := readLogTail(p, time.Time{}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := len(got); n == 0 || n > maxLogTail/len(line) {
-		t.Fatalf("read %d lines, want at most %d", n, maxLogTail/len(line))
-	}
-	for _, l := range got {
-		if len(l.Line) != 1023 {
-			t.Fatalf("partial line of %d bytes", len(l.Line))
-		}
-	}
-}
-
-func TestReadLogTailMissing(t *testing.T) {
-	if _, err := readLogTail(filepath.Join(t.TempDir(), "nope"), time.Time{}, 0); err == nil {
-		t.Fatal("missing log: want an error")
-	}
-}
 
 // writeFile writes content to dir/name, creating parents.
 func writeFile(t *testing.T, dir, name, content string) string {
@@ -79,43 +26,57 @@ func writeFile(t *testing.T, dir, name, content string) string {
 	return p
 }
 
+// TestSandboxLogsMergesKernelLogs merges the output log (host-stamped) with
+// the kernel logs (stamped by their records), every line labelled.
 func TestSandboxLogsMergesKernelLogs(t *testing.T) {
 	dir := t.TempDir()
-	agentLog := writeFile(t, dir, "agent.log", `{"time":"2026-01-02T03:04:05Z","level":"INFO","msg":"agent starting"}
-{"time":"2026-01-02T03:04:09Z","level":"INFO","msg":"agent later"}
-`)
+	out, err := sandboxlog.Open(dir, sandboxlog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Note(slog.LevelInfo, "container started")
+	w, err := out.WriteEnd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.WriteString(`{"level":"INFO","msg":"agent says","source":"host"}` + "\n")
+	w.Close()
 	root := filepath.Join(dir, "rootfs")
 	kdir := filepath.Join(root, "run/cubby/kernels")
 	writeFile(t, kdir, "ctx1.log", `{"time":"2026-01-02T03:04:07Z","level":"INFO","msg":"kernel says","source":"kernel","context":"ctx1"}
 `)
 	writeFile(t, kdir, "zygote.log", "late preload numpy: 300 ms\n"+
-		`{"time":"2026-01-02T03:04:06Z","level":"INFO","msg":"stamped"}`+"\nafter stamped\n")
+		`{"time":"2026-01-02T03:04:06Z","level":"INFO","msg":"stamped","source":"host"}`+"\nafter stamped\n")
 	writeFile(t, kdir, "notes.txt", `{"time":"2026-01-02T03:04:08Z","msg":"not a .log"}`+"\n")
-	got, err := sandboxLogs(agentLog, root, time.Time{}, 0)
-	if err != nil {
-		t.Fatal(err)
+	var got []backend.LogLine
+	deadline := time.Now().Add(10 * time.Second)
+	for len(got) < 6 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		if got, err = sandboxLogs(dir, root, time.Time{}, 0); err != nil {
+			t.Fatal(err)
+		}
 	}
+	out.Close()
 	var order []string
 	for _, l := range got {
-		order = append(order, l.Line)
+		order = append(order, l.Source+" "+l.Line)
 	}
 	want := []string{
-		`{"time":"2026-01-02T03:04:05Z","level":"INFO","msg":"agent starting"}`,
-		"late preload numpy: 300 ms", // a leading plain line takes the next stamp
-		`{"time":"2026-01-02T03:04:06Z","level":"INFO","msg":"stamped"}`,
-		"after stamped", // a plain line takes the previous stamp
-		`{"time":"2026-01-02T03:04:07Z","level":"INFO","msg":"kernel says","source":"kernel","context":"ctx1"}`,
-		`{"time":"2026-01-02T03:04:09Z","level":"INFO","msg":"agent later"}`,
+		"kernel late preload numpy: 300 ms", // a leading plain line takes the next stamp
+		`kernel {"source":"kernel","time":"2026-01-02T03:04:06Z","level":"INFO","msg":"stamped"}`,
+		"kernel after stamped", // a plain line takes the previous stamp
+		`kernel {"source":"kernel","time":"2026-01-02T03:04:07Z","level":"INFO","msg":"kernel says","context":"ctx1"}`,
 	}
-	if strings.Join(order, "\n") != strings.Join(want, "\n") {
-		t.Fatalf("merged lines:\n%s\nwant:\n%s", strings.Join(order, "\n"), strings.Join(want, "\n"))
+	if len(order) != 6 || strings.Join(order[:4], "\n") != strings.Join(want, "\n") ||
+		!strings.HasPrefix(order[4], `host {"source":"host",`) || order[5] != `sandbox {"source":"sandbox","level":"INFO","msg":"agent says"}` {
+		t.Fatalf("merged lines:\n%s\nwant:\n%s\nthen the host and the sandbox line", strings.Join(order, "\n"), strings.Join(want, "\n"))
 	}
-	last, err := sandboxLogs(agentLog, root, time.Date(2026, 1, 2, 3, 4, 7, 0, time.UTC), 1)
-	if err != nil || len(last) != 1 || !strings.Contains(last[0].Line, "agent later") {
+	last, err := sandboxLogs(dir, root, time.Date(2026, 1, 2, 3, 4, 7, 0, time.UTC), 1)
+	if err != nil || len(last) != 1 || !strings.Contains(last[0].Line, "agent says") {
 		t.Fatalf("since/limit = %+v, %v", last, err)
 	}
-	// No rootfs (a paused sandbox): the agent log alone.
-	if only, err := sandboxLogs(agentLog, filepath.Join(dir, "missing"), time.Time{}, 0); err != nil || len(only) != 2 {
+	// No rootfs (a paused sandbox): the output log alone.
+	if only, err := sandboxLogs(dir, filepath.Join(dir, "missing"), time.Time{}, 0); err != nil || len(only) != 2 {
 		t.Fatalf("without rootfs = %+v, %v", only, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -27,8 +28,6 @@ func (b *Backend) checkpointDir(id string) string {
 }
 
 func (b *Backend) bundleDir(id string) string { return filepath.Join(b.sandboxDir(id), "bundle") }
-
-func (b *Backend) logPath(id string) string { return filepath.Join(b.sandboxDir(id), "agent.log") }
 
 // checkpointComplete reports whether sandbox id has a finished checkpoint image.
 func (b *Backend) checkpointComplete(id string) bool {
@@ -81,6 +80,7 @@ func (b *Backend) Pause(ctx context.Context, id string, opts backend.PauseOption
 		return "", fmt.Errorf("pause %s: %w", id, err)
 	}
 	b.log.Info("sandbox paused", "sandbox", id, "mode", s.PauseMode)
+	s.out.Note(slog.LevelInfo, "sandbox paused", "mode", s.PauseMode)
 	return s.PauseMode, nil
 }
 
@@ -220,6 +220,7 @@ func (b *Backend) Resume(ctx context.Context, id string) (backend.Instance, erro
 		_ = emptyDir(b.checkpointDir(id))
 	}
 	b.log.Info("sandbox resumed", "sandbox", id, "mode", mode, "took", time.Since(start))
+	s.out.Note(slog.LevelInfo, "sandbox resumed", "mode", mode)
 	return b.instance(s), nil
 }
 
@@ -235,11 +236,11 @@ func (b *Backend) restart(ctx context.Context, s *sandbox, rt runtime.Runtime) (
 			b.unwindStart(ctx, s, rt)
 		}
 	}()
-	if err := rt.Start(ctx, s.ID, b.bundleDir(s.ID), b.logPath(s.ID)); err != nil {
-		return fmt.Errorf("start %s container: %w", rt.Name(), err)
+	if err := b.startContainer(ctx, s, rt); err != nil {
+		return err
 	}
 	if err := b.initAgent(ctx, s, s.Init.AccessToken); err != nil {
-		return fmt.Errorf("%w (agent log: %s)", err, tailLog(b.logPath(s.ID)))
+		return fmt.Errorf("%w (sandbox output: %s)", err, b.outputTail(s.ID))
 	}
 	if err := b.watchExit(s); err != nil {
 		b.log.Warn("cannot watch sandbox init", "sandbox", s.ID, "err", err)
@@ -264,13 +265,13 @@ func (b *Backend) restore(ctx context.Context, s *sandbox, rt runtime.Runtime) (
 			b.unwindStart(ctx, s, rt)
 		}
 	}()
-	if err := cp.Restore(ctx, s.ID, b.bundleDir(s.ID), b.checkpointDir(s.ID), b.logPath(s.ID)); err != nil {
-		return fmt.Errorf("restore %s container: %w", rt.Name(), err)
+	if err := b.restoreContainer(ctx, s, rt, cp); err != nil {
+		return err
 	}
 	readyCtx, cancel := context.WithTimeout(ctx, b.cfg.ReadyTimeout)
 	defer cancel()
 	if err := b.agentClient(s, "").WaitHealthy(readyCtx, 3*time.Millisecond); err != nil {
-		return fmt.Errorf("wait for restored agent: %w (agent log: %s)", err, tailLog(b.logPath(s.ID)))
+		return fmt.Errorf("wait for restored agent: %w (sandbox output: %s)", err, b.outputTail(s.ID))
 	}
 	if err := b.watchExit(s); err != nil {
 		b.log.Warn("cannot watch sandbox init", "sandbox", s.ID, "err", err)

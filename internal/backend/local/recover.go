@@ -111,6 +111,9 @@ func (b *Backend) adopt(ctx context.Context, id string, c container, hasContaine
 	if err := b.saveState(s); err != nil {
 		return nil, err
 	}
+	if err := b.openOutput(s); err != nil {
+		return nil, err
+	}
 	b.mu.Lock()
 	b.sandboxes[s.ID] = s
 	b.mu.Unlock()

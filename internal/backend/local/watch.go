@@ -61,7 +61,8 @@ func (b *Backend) awaitExit(s *sandbox, fd, gen int) {
 		return // killed through Kill, or stopped on purpose by a pause
 	}
 	b.log.Warn("sandbox init exited on its own; freeing its resources", "sandbox", s.ID,
-		"agent_log", tailLog(b.sandboxDir(s.ID)+"/agent.log"))
+		"output", b.outputTail(s.ID))
+	b.closeOutput(s)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := b.destroy(ctx, s.ID, s.Runtime); err != nil {

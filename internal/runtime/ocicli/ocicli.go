@@ -58,32 +58,32 @@ func (c *CLI) Run(ctx context.Context, args ...string) ([]byte, error) {
 }
 
 // Launch executes a command that starts container processes (create, restore) for
-// container id: they inherit the command's stdout and stderr, both out (a file, so
-// the processes get its descriptor and Launch does not wait for them), while the
-// runtime's own messages go to a temporary `--log` file in JSON
-// (`--log-format json`, after Flags) read for the error. args[0] is the command.
-// Errors are "<Name> <args[0]> <id>: <messages>: <cause>" as for Run.
-func (c *CLI) Launch(ctx context.Context, id string, out *os.File, args ...string) error {
-	logf, err := os.CreateTemp("", c.Name+"-"+args[0]+"-*.log")
+// container id: they inherit the command's stdout and stderr, both output (the
+// processes get its descriptor and Launch does not wait for them). The runtime's
+// own messages go to a pipe (`--log /proc/self/fd/3 --log-format json`, after
+// Flags) read while the command runs, for the error; once the command has exited
+// the pipe is closed, so processes that keep the log they were given (runsc's
+// sandbox and gofer) can no longer write anything to the host. args[0] is the
+// command. Errors are "<Name> <args[0]> <id>: <messages>: <cause>" as for Run.
+func (c *CLI) Launch(ctx context.Context, id string, output *os.File, args ...string) error {
+	lp, err := newLogPipe()
 	if err != nil {
 		return fmt.Errorf("%s %s %s: %w", c.Name, args[0], id, err)
 	}
-	logf.Close()
-	defer os.Remove(logf.Name())
-	full := append(append([]string{}, c.Flags...), "--log", logf.Name(), "--log-format", "json")
+	full := append(append([]string{}, c.Flags...), "--log", "/proc/self/fd/3", "--log-format", "json")
 	cmd := exec.CommandContext(ctx, c.Binary, append(full, args...)...)
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Run(); err != nil {
-		msg, _ := os.ReadFile(logf.Name())
+	cmd.Stdout, cmd.Stderr = output, output
+	cmd.ExtraFiles = []*os.File{lp.w}
+	err = cmd.Start()
+	lp.started()
+	if err == nil {
+		err = cmd.Wait()
+	}
+	msg := lp.finish()
+	if err != nil {
 		return c.wrap(args[0]+" "+id, msg, err)
 	}
 	return nil
-}
-
-// OpenLog opens the container log at path for appending (created with mode 0600,
-// close-on-exec), to be given to Launch.
-func OpenLog(path string) (*os.File, error) {
-	return os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_CLOEXEC, 0o600)
 }
 
 // OnContainer checks id and runs `<command> id` (e.g. pause, resume), discarding

@@ -72,7 +72,7 @@ func TestStateListUnknown(t *testing.T) {
 
 func TestLaunchCarriesLogMessage(t *testing.T) {
 	c := runc(t)
-	out, err := OpenLog(filepath.Join(t.TempDir(), "out.log"))
+	out, err := os.Create(filepath.Join(t.TempDir(), "out.log"))
 	if err != nil {
 		t.Fatal(err)
 	}

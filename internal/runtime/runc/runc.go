@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -57,19 +58,14 @@ func (r *Runtime) List(ctx context.Context) ([]runtime.State, error) {
 }
 
 // Start runs `runc create --bundle bundle --pid-file bundle/init.pid id` with the
-// container's stdin on /dev/null and its stdout and stderr appended to logPath, then
+// container's stdin on /dev/null and its stdout and stderr on output, then
 // `runc start id`. On error the half-created container is removed and the error
 // carries runc's message.
-func (r *Runtime) Start(ctx context.Context, id, bundle, logPath string) error {
+func (r *Runtime) Start(ctx context.Context, id, bundle string, output *os.File) error {
 	if err := r.cli.CheckID(id); err != nil {
 		return err
 	}
-	out, err := ocicli.OpenLog(logPath)
-	if err != nil {
-		return fmt.Errorf("runc start %s: open log: %w", id, err)
-	}
-	defer out.Close()
-	err = r.cli.Launch(ctx, id, out, "create", "--bundle", bundle, "--pid-file", filepath.Join(bundle, PidFileName), id)
+	err := r.cli.Launch(ctx, id, output, "create", "--bundle", bundle, "--pid-file", filepath.Join(bundle, PidFileName), id)
 	if err != nil {
 		r.cleanup(ctx, id)
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/cubby-dev/cubby/internal/runtime"
@@ -58,11 +59,12 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string) error {
 // Restore runs `runsc restore --detach --bundle bundle --pid-file bundle/init.pid
 // --image-path imageDir id`, which creates container id from the bundle and
 // resumes the processes saved by Checkpoint (running, also when the container was
-// paused at Checkpoint), their stdout and stderr appended to logPath. The addresses recorded at Start are put back into the network namespace
+// paused at Checkpoint), their stdout and stderr on output. The addresses
+// recorded at Start are put back into the network namespace
 // first if it has none (runsc takes them over again, and its restored network
 // stack is configured from the namespace, not from the image). The container must
 // not exist. On error nothing of it is left.
-func (r *Runtime) Restore(ctx context.Context, id, bundle, imageDir, logPath string) error {
+func (r *Runtime) Restore(ctx context.Context, id, bundle, imageDir string, output *os.File) error {
 	if err := r.cli.CheckID(id); err != nil {
 		return err
 	}
@@ -77,7 +79,7 @@ func (r *Runtime) Restore(ctx context.Context, id, bundle, imageDir, logPath str
 	if err := r.reapplyNet(bundle); err != nil {
 		return fmt.Errorf("runsc restore %s: %w", id, err)
 	}
-	err := r.launch(ctx, id, logPath, "restore", "--detach", "--bundle", bundle,
+	err := r.cli.Launch(ctx, id, output, "restore", "--detach", "--bundle", bundle,
 		"--pid-file", filepath.Join(bundle, PidFileName), "--image-path", imageDir, id)
 	if err != nil {
 		r.cleanup(ctx, id, bundle)

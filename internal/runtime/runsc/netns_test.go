@@ -128,7 +128,7 @@ func TestNetworkAcrossCheckpoint(t *testing.T) {
 	}
 	assertConfigured(t, p)
 	before := hits.Load()
-	if err := e.RT.Restore(ctx, sb.ID, sb.Dir, img, sb.Log); err != nil {
+	if err := e.RT.Restore(ctx, sb.ID, sb.Dir, img, sb.Out); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "a request from the restored sandbox", func() bool { return hits.Load() > before })

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -115,18 +116,18 @@ func globalFlags(root string, opts Options) []string {
 }
 
 // Start runs `runsc create --bundle bundle --pid-file bundle/init.pid id` with the
-// container's stdin on /dev/null and its stdout and stderr appended to logPath, then
+// container's stdin on /dev/null and its stdout and stderr on output, then
 // `runsc start id`. Before that it records the network configuration of the spec's
 // network namespace in the bundle (see NetConfig). On error the half-created
 // container is removed and the error carries runsc's message.
-func (r *Runtime) Start(ctx context.Context, id, bundle, logPath string) error {
+func (r *Runtime) Start(ctx context.Context, id, bundle string, output *os.File) error {
 	if err := r.cli.CheckID(id); err != nil {
 		return err
 	}
 	if err := r.saveNet(bundle); err != nil {
 		return fmt.Errorf("runsc start %s: %w", id, err)
 	}
-	err := r.launch(ctx, id, logPath, "create", "--bundle", bundle, "--pid-file", filepath.Join(bundle, PidFileName), id)
+	err := r.cli.Launch(ctx, id, output, "create", "--bundle", bundle, "--pid-file", filepath.Join(bundle, PidFileName), id)
 	if err == nil {
 		_, err = r.cli.Run(ctx, "start", id)
 	}
@@ -136,18 +137,6 @@ func (r *Runtime) Start(ctx context.Context, id, bundle, logPath string) error {
 	}
 	r.log.Debug("container started", "id", id, "bundle", bundle)
 	return nil
-}
-
-// launch runs a runsc command that starts sandbox processes (create, restore): they
-// inherit runsc's stdio, so stdout and stderr go to logPath and runsc's own
-// messages are read from a separate --log file.
-func (r *Runtime) launch(ctx context.Context, id, logPath string, args ...string) error {
-	out, err := ocicli.OpenLog(logPath)
-	if err != nil {
-		return fmt.Errorf("runsc %s %s: open log: %w", args[0], id, err)
-	}
-	defer out.Close()
-	return r.cli.Launch(ctx, id, out, args...)
 }
 
 // cleanup removes a container left by a failed Start or Restore, ignoring errors

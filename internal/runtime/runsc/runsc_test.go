@@ -117,7 +117,7 @@ func TestCheckpointRestore(t *testing.T) {
 		if !ok || tok != tok0 {
 			t.Fatalf("counter after checkpoint %q %d %v", tok, saved, ok)
 		}
-		if err := e.RT.Restore(ctx, sb.ID, sb.Dir, img, sb.Log); err != nil {
+		if err := e.RT.Restore(ctx, sb.ID, sb.Dir, img, sb.Out); err != nil {
 			t.Fatal(err)
 		}
 		if st, err := e.RT.State(ctx, sb.ID); err != nil || st.Status != runtime.StatusRunning || st.Pid <= 0 {
@@ -132,7 +132,7 @@ func TestCheckpointRestore(t *testing.T) {
 		}
 		t.Logf("cycle %d: counter %d at checkpoint, %d after restore", cycle, saved, n)
 	}
-	if err := e.RT.Restore(ctx, sb.ID, sb.Dir, filepath.Join(e.Base, "image-0"), sb.Log); err == nil {
+	if err := e.RT.Restore(ctx, sb.ID, sb.Dir, filepath.Join(e.Base, "image-0"), sb.Out); err == nil {
 		t.Error("Restore over a running container succeeded")
 	}
 }
@@ -172,7 +172,7 @@ func TestRestoreBadImageCleansUp(t *testing.T) {
 	ctx := context.Background()
 	e := setup(t)
 	sb := e.prepare(t, oci.Options{Args: ocitest.Shell(counterScript)})
-	err := e.RT.Restore(ctx, sb.ID, sb.Dir, t.TempDir(), sb.Log)
+	err := e.RT.Restore(ctx, sb.ID, sb.Dir, t.TempDir(), sb.Out)
 	if err == nil {
 		t.Fatal("Restore from an empty image dir succeeded")
 	}
@@ -195,7 +195,7 @@ func BenchmarkCheckpointRestore(b *testing.B) {
 	e := setup(b)
 	ctx := context.Background()
 	sb := e.prepare(b, oci.Options{Args: ocitest.Shell(counterScript)})
-	if err := e.RT.Start(ctx, sb.ID, sb.Dir, sb.Log); err != nil {
+	if err := e.RT.Start(ctx, sb.ID, sb.Dir, sb.Out); err != nil {
 		b.Fatal(err)
 	}
 	waitCounter(b, sb, 0)
@@ -209,7 +209,7 @@ func BenchmarkCheckpointRestore(b *testing.B) {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
-		if err := e.RT.Restore(ctx, sb.ID, sb.Dir, img, sb.Log); err != nil {
+		if err := e.RT.Restore(ctx, sb.ID, sb.Dir, img, sb.Out); err != nil {
 			b.Fatal(err)
 		}
 		cps, rss = append(cps, t1.Sub(t0)), append(rss, time.Since(t1))

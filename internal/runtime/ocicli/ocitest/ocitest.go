@@ -41,9 +41,11 @@ type Env[R runtime.Runtime] struct {
 }
 
 // Sandbox is a prepared bundle: ID "cubby-t<8 hex>", bundle directory Dir, log file
-// Log and cgroup path "/<ID>".
+// Log (Out is it opened for appending, given to the runtime as the container's
+// stdout and stderr) and cgroup path "/<ID>".
 type Sandbox struct {
 	ID, Dir, Log, CgroupsPath string
+	Out                       *os.File
 }
 
 // NewEnv skips the test unless it runs as root, then builds the Env: newRT
@@ -82,11 +84,17 @@ func (e *Env[R]) Prepare(tb testing.TB, disk int64, o oci.Options) *Sandbox {
 	sb := &Sandbox{ID: id, Dir: filepath.Join(e.Base, id), Log: filepath.Join(e.Base, id+".log"),
 		CgroupsPath: "/" + id}
 	ctx := context.Background()
+	out, err := os.OpenFile(sb.Log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sb.Out = out
 	rootfsDir, err := e.FS.Prepare(ctx, sb.Dir, e.Lower, disk)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {
+		defer out.Close()
 		if err := e.RT.Kill(ctx, id); err != nil {
 			tb.Errorf("cleanup kill: %v", err)
 		}
@@ -110,7 +118,7 @@ func (e *Env[R]) Prepare(tb testing.TB, disk int64, o oci.Options) *Sandbox {
 func (e *Env[R]) Start(tb testing.TB, disk int64, o oci.Options) *Sandbox {
 	tb.Helper()
 	sb := e.Prepare(tb, disk, o)
-	if err := e.RT.Start(context.Background(), sb.ID, sb.Dir, sb.Log); err != nil {
+	if err := e.RT.Start(context.Background(), sb.ID, sb.Dir, sb.Out); err != nil {
 		tb.Fatal(err)
 	}
 	return sb
@@ -294,7 +302,7 @@ func (e *Env[R]) CheckStartFailure(t *testing.T, disk int64, o oci.Options) {
 	t.Helper()
 	o.Args = []string{"/no/such/binary"}
 	sb := e.Prepare(t, disk, o)
-	err := e.RT.Start(context.Background(), sb.ID, sb.Dir, sb.Log)
+	err := e.RT.Start(context.Background(), sb.ID, sb.Dir, sb.Out)
 	if err == nil {
 		t.Fatal("Start of a missing binary succeeded")
 	}
@@ -304,7 +312,7 @@ func (e *Env[R]) CheckStartFailure(t *testing.T, disk int64, o oci.Options) {
 	if _, err := e.RT.State(context.Background(), sb.ID); !errors.Is(err, runtime.ErrNotFound) {
 		t.Errorf("container left after failed Start: %v", err)
 	}
-	if err := e.RT.Start(context.Background(), "-bad", sb.Dir, sb.Log); err == nil {
+	if err := e.RT.Start(context.Background(), "-bad", sb.Dir, sb.Out); err == nil {
 		t.Error("invalid id accepted")
 	}
 }
@@ -316,7 +324,7 @@ func (e *Env[R]) BenchStartKill(b *testing.B, sb *Sandbox) {
 	var starts, kills []time.Duration
 	for b.Loop() {
 		t0 := time.Now()
-		if err := e.RT.Start(ctx, sb.ID, sb.Dir, sb.Log); err != nil {
+		if err := e.RT.Start(ctx, sb.ID, sb.Dir, sb.Out); err != nil {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
