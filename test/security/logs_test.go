@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cubby-dev/cubby/internal/testserver"
 	"github.com/cubby-dev/cubby/sdk"
 )
 
@@ -247,4 +248,68 @@ func checkForgedLabelled(t *testing.T, s *server, id, nonce string) {
 			t.Errorf("forged log entry with source %q: %+v", e.Fields["source"], e)
 		}
 	}
+}
+
+// BenchmarkHealthDuringOutputFlood measures GET /health while root in a
+// sandbox floods its stdout and stderr (floodCmd, for up to two minutes), and
+// what the flood costs the server's process: "health-ms" is the median
+// latency, "flood-cpu-%" the CPU time the server used during 5 s of flood
+// before the requests (percent of one core).
+func BenchmarkHealthDuringOutputFlood(b *testing.B) {
+	ts := testserver.Start(b, testserver.Options{BridgePrefix: "cbsec"})
+	s := &server{Server: ts}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	sbx, err := sdk.Create(ctx, &sdk.CreateOptions{Template: "base", ConnectionOptions: s.conn("")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sbx.Kill(context.Background())
+	flood := strings.ReplaceAll(floodCmd(1)+" "+floodCmd(2), fmt.Sprintf("timeout %d ", floodSeconds), "timeout 120 ")
+	if _, err := sbx.Commands.Run(ctx, flood+" echo started", &sdk.CommandOptions{User: "root"}); err != nil {
+		b.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // the FIFO is full and the drain throttled
+	cpu0 := processCPU(b, ts.DataDir)
+	time.Sleep(5 * time.Second)
+	floodCPU := processCPU(b, ts.DataDir) - cpu0
+	var ds []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		resp, err := http.Get(ts.URL("/health"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b.Fatalf("health: %d", resp.StatusCode)
+		}
+		ds = append(ds, time.Since(start))
+	}
+	b.ReportMetric(float64(median(ds).Microseconds())/1000, "health-ms")
+	b.ReportMetric(100*floodCPU.Seconds()/5, "flood-cpu-%")
+}
+
+// processCPU is the user and system CPU time of the `cubby serve` process
+// whose command line names dataDir (/proc/<pid>/stat, clock ticks of 10 ms).
+func processCPU(b *testing.B, dataDir string) time.Duration {
+	b.Helper()
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		cmdline, err := os.ReadFile(filepath.Join(d, "cmdline"))
+		if err != nil || !strings.Contains(string(cmdline), "serve\x00") || !strings.Contains(string(cmdline), dataDir) {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join(d, "stat"))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+		var utime, stime int64
+		fmt.Sscan(f[11], &utime)
+		fmt.Sscan(f[12], &stime)
+		return time.Duration(utime+stime) * 10 * time.Millisecond
+	}
+	b.Fatalf("no cubby serve process for %s", dataDir)
+	return 0
 }

@@ -2,6 +2,24 @@
 // (runc by default) whose root filesystem is an overlay of a template tree and a
 // size-limited on-disk layer, in its own network namespace on a host bridge, with
 // cgroup limits, and with the Cubby agent as its init process.
+//
+// What a sandbox directory (Config.Dir/<id>) holds, and what bounds it whatever
+// the sandbox does:
+//   - sandbox.json, bundle/ (config.json, init.pid, runsc's network record),
+//     etc-hostname, etc-hosts, etc-resolv.conf: written by the server from the
+//     create request; a few KiB.
+//   - disk.img: the sandbox's disk, created at its size (sparse); layer/ and
+//     rootfs/ are mounts of it, so everything the sandbox writes to files lands
+//     inside it.
+//   - output.fifo: the container's stdout and stderr (no data on disk; the pipe
+//     buffer is kernel memory of at most fs.pipe-max-size); output.log and
+//     output.log.1: what the server drained from it, 1 MiB each at most
+//     (package sandboxlog).
+//   - checkpoint/: runsc's image while paused with its memory, bounded by the
+//     sandbox's memory limit (its files stay in disk.img).
+//
+// No host file is handed to the container: its stdio is the FIFO, and the
+// runtime's own log (ocicli.Launch) a pipe closed once the container started.
 package local
 
 import (
