@@ -2,8 +2,6 @@ package security
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io/fs"
@@ -85,7 +83,7 @@ func checkOutputFlood(t *testing.T, rt string) {
 	t.Logf("GET /health during the flood: median %v over %d requests", median(health), len(health))
 	waitNoFlood(t, flood)
 
-	nonce := randomHex(t)
+	nonce := testserver.RandHex(8)
 	forged := fmt.Sprintf(`{"time":"2001-01-01T00:00:00Z","level":"ERROR","msg":"host disk failure %s","source":"host","Source":"host"}`, nonce)
 	asRoot(t, flood, fmt.Sprintf(`printf '%%s\n' '%s' >> /proc/1/fd/1; printf '\n%%s\n' '%s' >> /proc/1/fd/2
 mkdir -p /run/cubby/kernels && printf '%%s\n' '%s' > /run/cubby/kernels/forged.log`, forged, forged, forged))
@@ -185,15 +183,6 @@ func waitNoFlood(t *testing.T, sbx *sdk.Sandbox) {
 		time.Sleep(time.Second)
 	}
 	t.Fatal("the floods did not end")
-}
-
-func randomHex(t *testing.T) string {
-	t.Helper()
-	b := make([]byte, 8)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
 }
 
 // sandboxLogsBody is GET /sandboxes/{id}/logs (E2B SandboxLogs).

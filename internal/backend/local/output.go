@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 
 	"github.com/cubby-dev/cubby/internal/runtime"
@@ -39,30 +40,37 @@ func (b *Backend) closeOutput(s *sandbox) {
 // startContainer starts s's container from its bundle with its stdout and
 // stderr on s's output FIFO.
 func (b *Backend) startContainer(ctx context.Context, s *sandbox, rt runtime.Runtime) error {
-	w, err := s.out.WriteEnd()
-	if err != nil {
-		return err
-	}
-	defer w.Close()
-	if err := rt.Start(ctx, s.ID, b.bundleDir(s.ID), w); err != nil {
-		return fmt.Errorf("start %s container: %w", rt.Name(), err)
-	}
-	s.out.Note(slog.LevelInfo, "container started", "runtime", rt.Name())
-	return nil
+	return b.withOutput(s, "container started", rt.Name(), func(w *os.File) error {
+		if err := rt.Start(ctx, s.ID, b.bundleDir(s.ID), w); err != nil {
+			return fmt.Errorf("start %s container: %w", rt.Name(), err)
+		}
+		return nil
+	})
 }
 
 // restoreContainer restores s's container from its checkpoint image with its
 // stdout and stderr on s's output FIFO.
 func (b *Backend) restoreContainer(ctx context.Context, s *sandbox, rt runtime.Runtime, cp runtime.Checkpointer) error {
+	return b.withOutput(s, "container restored", rt.Name(), func(w *os.File) error {
+		if err := cp.Restore(ctx, s.ID, b.bundleDir(s.ID), b.checkpointDir(s.ID), w); err != nil {
+			return fmt.Errorf("restore %s container: %w", rt.Name(), err)
+		}
+		return nil
+	})
+}
+
+// withOutput calls launch with the write end of s's output FIFO (closed after
+// it) and, when it succeeds, writes the host record event.
+func (b *Backend) withOutput(s *sandbox, event, rtName string, launch func(w *os.File) error) error {
 	w, err := s.out.WriteEnd()
 	if err != nil {
 		return err
 	}
 	defer w.Close()
-	if err := cp.Restore(ctx, s.ID, b.bundleDir(s.ID), b.checkpointDir(s.ID), w); err != nil {
-		return fmt.Errorf("restore %s container: %w", rt.Name(), err)
+	if err := launch(w); err != nil {
+		return err
 	}
-	s.out.Note(slog.LevelInfo, "container restored", "runtime", rt.Name())
+	s.out.Note(slog.LevelInfo, event, "runtime", rtName)
 	return nil
 }
 
