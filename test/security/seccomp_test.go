@@ -46,7 +46,7 @@ var seccompCalls64 = []sysCall{
 	{"personality(PER_BSD)", "135,0x6", false},
 	{"socket(AF_VSOCK)", "41,40,1,0", false},
 	{"socket(AF_VSOCK|1<<32)", "41,0x100000028,1,0", false},
-	{"socket(AF_ALG)", "41,38,5,0", false},
+	{"socket(AF_ALG)", "41,38,5,0", false}, {"socket(AF_PACKET)", "41,17,3,0x300", false},
 	// Ordinary calls keep working.
 	{"getpid", "39", true}, {"personality(query)", "135,0xffffffff", true}, {"personality(PER_LINUX)", "135,0", true},
 	{"socket(AF_INET)", "41,2,1,0", true}, {"socket(AF_UNIX)", "41,1,1,0", true},

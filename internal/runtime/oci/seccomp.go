@@ -150,11 +150,14 @@ const (
 )
 
 // allowedSocketFamilies are the address families socket(2) may create: local,
-// IPv4, IPv6, netlink (ip, getifaddrs) and packet sockets (CAP_NET_RAW is
-// granted: ping, tcpdump). AF_VSOCK is refused with EPERM (a host with a vsock
-// device would let the sandbox talk to its hypervisor); every other family gets
-// ENOSYS. socketpair(2) is allowed for AF_UNIX only.
-var allowedSocketFamilies = []uint64{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK, unix.AF_PACKET}
+// IPv4, IPv6 and netlink (ip, getifaddrs). deniedSocketFamilies fail with
+// EPERM: AF_VSOCK (on a host with a vsock device the sandbox would talk to its
+// hypervisor) and AF_PACKET (sandboxes lack CAP_NET_RAW); every other family
+// gets ENOSYS. socketpair(2) is allowed for AF_UNIX only.
+var (
+	allowedSocketFamilies = []uint64{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK}
+	deniedSocketFamilies  = []uint64{unix.AF_VSOCK, unix.AF_PACKET}
+)
 
 // low32 masks an int argument: the kernel reads only the low 32 bits of it, so
 // a filter comparing all 64 could be passed by setting the high ones.
@@ -206,8 +209,10 @@ func argumentRules(goarch string) []specs.LinuxSyscall {
 	for _, f := range allowedSocketFamilies {
 		rules = append(rules, argRule("socket", nil, 0, low32, f))
 	}
-	return append(rules, argRule("socketpair", nil, 0, low32, unix.AF_UNIX),
-		argRule("socket", &eperm, 0, low32, unix.AF_VSOCK))
+	for _, f := range deniedSocketFamilies {
+		rules = append(rules, argRule("socket", &eperm, 0, low32, f))
+	}
+	return append(rules, argRule("socketpair", nil, 0, low32, unix.AF_UNIX))
 }
 
 // argRule is a rule for call name that applies when (argument index & mask) ==
