@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cubby-dev/cubby/internal/network/nettest"
 	"github.com/cubby-dev/cubby/sdk"
 )
 
@@ -104,21 +105,7 @@ mknod /tmp/mem c 1 1 && head -c 1 /tmp/mem > /dev/null && echo READ-DEV-MEM`, ma
 // listens on as root) nor to the host (a listener on every host address,
 // reached through the bridge gateway or the host's own address).
 func TestEscapeNoTCPToNeighbourOrHost(t *testing.T) {
-	ln, err := net.Listen("tcp4", "0.0.0.0:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	hostPort := ln.Addr().(*net.TCPAddr).Port
+	hostPort := nettest.ClosingListener(t, "0.0.0.0:0").Port
 	s := startServer(t)
 	a, b := s.create(t, ""), s.create(t, "")
 	asRoot(t, b, "setsid nohup python3 -m http.server 8080 >/dev/null 2>&1 &")

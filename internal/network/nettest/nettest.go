@@ -110,3 +110,25 @@ func WaitUp(tb testing.TB, ifname string) {
 	}
 	tb.Fatalf("%s did not come up", ifname)
 }
+
+// ClosingListener listens for TCP over IPv4 on addr (e.g. "127.0.0.1:0") in
+// the current network namespace and closes every connection it accepts, until
+// the test ends. It returns the address it listens on.
+func ClosingListener(tb testing.TB, addr string) *net.TCPAddr {
+	tb.Helper()
+	ln, err := net.Listen("tcp4", addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr)
+}
