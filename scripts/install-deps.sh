@@ -6,11 +6,12 @@
 # Go tests of the kernel manager drive on the host: ipykernel, matplotlib, pandas,
 # IRkernel and Deno's Jupyter kernel; Debian's chromium, which the dashboard
 # tests drive headless; and python3-venv for the MCP Python client check
-# (test/mcp/python makes its own venv from its requirements.txt).
+# (test/mcp/python makes its own venv from its requirements.txt); iproute2 (ss:
+# the egress security tests list the egress proxy's sockets).
 set -euo pipefail
 pkgs=(runc mmdebstrap nftables e2fsprogs busybox-static ca-certificates curl)
 if [ "${1:-}" = --test ]; then
-  pkgs+=(python3-ipykernel python3-matplotlib python3-pandas python3-pytest python3-pil r-cran-irkernel chromium python3-venv)
+  pkgs+=(python3-ipykernel python3-matplotlib python3-pandas python3-pytest python3-pil r-cran-irkernel chromium python3-venv iproute2)
 fi
 need=()
 for pkg in "${pkgs[@]}"; do

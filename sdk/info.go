@@ -44,6 +44,9 @@ type SandboxInfo struct {
 	// "checkpoint"), set by GetInfo on servers that report it (a Cubby
 	// extension); "" otherwise.
 	PauseMode string
+	// Network is the sandbox's network settings as GetInfo reports them (an
+	// egress proxy's password is never returned); nil when it has none.
+	Network *NetworkOptions
 }
 
 // LifecycleInfo says what happens at a sandbox's deadline.
@@ -76,6 +79,9 @@ func infoFromDetail(d *apiclient.SandboxDetail) *SandboxInfo {
 	}
 	if d.Lifecycle != nil {
 		info.Lifecycle = &LifecycleInfo{OnTimeout: string(d.Lifecycle.OnTimeout), AutoResume: d.Lifecycle.AutoResume}
+	}
+	if d.Network != nil {
+		info.Network = networkFromWire(d.Network)
 	}
 	if info.Metadata == nil {
 		info.Metadata = map[string]string{}

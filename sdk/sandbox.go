@@ -36,16 +36,19 @@ type CreateOptions struct {
 	Network *NetworkOptions
 }
 
-// NetworkOptions are the sandbox network settings of E2B wire §2.2.
+// NetworkOptions are the sandbox network settings of E2B wire §2.2; the
+// egress rules are those of NetworkUpdate (see there).
 type NetworkOptions struct {
-	// AllowOut lists CIDRs, IPs or domains the sandbox may reach.
-	AllowOut []string
-	// DenyOut lists CIDRs, IPs or domains the sandbox may not reach
-	// ("0.0.0.0/0" means everything).
-	DenyOut []string
+	NetworkUpdate
 	// AllowPublicTraffic, when false, requires a traffic access token for
 	// requests to the sandbox's ports other than envd's.
 	AllowPublicTraffic *bool
+	// MaskRequestHost replaces the Host header of requests into the sandbox;
+	// "${PORT}" stands for the port.
+	MaskRequestHost string
+	// HTTPSPorts are sandbox ports that serve TLS (reached with TLS,
+	// certificates not verified).
+	HTTPSPorts []int
 }
 
 // ConnectOptions configure Connect.
@@ -132,14 +135,7 @@ func createBody(opts *CreateOptions) apiclient.NewSandboxV2 {
 		body.AutoPause = new(true)
 	}
 	if n := opts.Network; n != nil {
-		nc := apiclient.SandboxNetworkConfig{AllowPublicTraffic: n.AllowPublicTraffic}
-		if n.AllowOut != nil {
-			nc.AllowOut = new(n.AllowOut)
-		}
-		if n.DenyOut != nil {
-			nc.DenyOut = new(n.DenyOut)
-		}
-		body.Network = &nc
+		body.Network = n.wire()
 	}
 	return body
 }

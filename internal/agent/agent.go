@@ -20,6 +20,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/agent/filesystem"
 	"github.com/cubby-dev/cubby/internal/agent/process"
 	"github.com/cubby-dev/cubby/internal/agent/settings"
+	"github.com/cubby-dev/cubby/internal/agent/trust"
 	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/envdpb/filesystem/filesystemconnect"
 	"github.com/cubby-dev/cubby/internal/envdpb/process/processconnect"
@@ -173,7 +174,10 @@ func (a *Agent) handleInit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.settings.Apply(req)
-	if a.interp != nil && len(req.EnvVars) > 0 {
+	if err := egressTrust(req.EgressCA); err != nil {
+		a.cfg.Log.Warn("egress CA: HTTPS to hosts with network rules will not verify", "err", err)
+	}
+	if a.interp != nil && (len(req.EnvVars) > 0 || req.EgressCA != "") {
 		go a.syncEnv()
 	}
 	if err := saveInit(req); err != nil {
@@ -185,6 +189,15 @@ func (a *Agent) handleInit(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// egressTrust installs the egress CA into the sandbox's trust stores, or
+// removes it when ca is empty.
+func egressTrust(ca string) error {
+	if ca == "" {
+		return trust.Remove("/")
+	}
+	return trust.Install("/", []byte(ca))
 }
 
 // startDefaults starts the default code contexts, warms them, and marks the

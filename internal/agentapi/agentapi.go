@@ -50,6 +50,12 @@ type InitRequest struct {
 	// Timestamp is the host's wall clock when it sent the request; the agent uses
 	// it only for logging clock skew.
 	Timestamp time.Time `json:"timestamp,omitzero"`
+	// EgressCA is the PEM certificate of the server's egress CA, set when the
+	// sandbox's network rules rewrite HTTPS requests (the egress proxy then
+	// terminates their TLS): the agent adds it to the system trust store, the
+	// certifi bundles of Python and the default env (NODE_EXTRA_CA_CERTS,
+	// DENO_CERT); "" removes what an earlier init installed.
+	EgressCA string `json:"egressCA,omitempty"`
 }
 
 // Metrics is the body of the agent's GET /metrics: one sample of the sandbox's

@@ -253,6 +253,18 @@ type NewSandboxV2 struct {
 	VolumeMounts *[]SandboxVolumeMount `json:"volumeMounts,omitempty"`
 }
 
+// NewSecret defines model for NewSecret.
+type NewSecret struct {
+	// Metadata At most 32 entries; keys up to 128 bytes, values up to 1024 bytes, 8192 bytes in all.
+	Metadata *SecretMetadata `json:"metadata,omitempty"`
+
+	// Name 1-128 bytes without '{', '}', spaces or controls, unique in the team; stored lower-cased; "sec_" is reserved.
+	Name string `json:"name"`
+
+	// Value Write-only; at most 16384 bytes, no CR, LF or NUL (it is sent in HTTP headers).
+	Value string `json:"value"`
+}
+
 // PauseSandbox defines model for PauseSandbox.
 type PauseSandbox struct {
 	// Memory Keep the processes' memory (default true): freeze (runc) or checkpoint to disk (gVisor). false pauses to the filesystem only (processes are restarted on resume, files kept).
@@ -389,6 +401,15 @@ type SandboxNetworkTransform struct {
 	Headers *map[string]string `json:"headers,omitempty"`
 }
 
+// SandboxNetworkUpdateConfig The egress part of SandboxNetworkConfig, replacing the sandbox's current one.
+type SandboxNetworkUpdateConfig struct {
+	AllowOut            *[]string                        `json:"allowOut,omitempty"`
+	AllowInternetAccess *bool                            `json:"allow_internet_access,omitempty"`
+	DenyOut             *[]string                        `json:"denyOut,omitempty"`
+	EgressProxy         *SandboxEgressProxy              `json:"egressProxy,omitempty"`
+	Rules               *map[string][]SandboxNetworkRule `json:"rules,omitempty"`
+}
+
 // SandboxPauseMode Cubby extension (absent while running; SDKs ignore it): what a paused sandbox kept. "memory" = processes frozen in RAM (runc cgroup freezer); "checkpoint" = processes and memory saved to disk, RAM freed, resume restores them (gVisor); "filesystem" = processes stopped, RAM freed, disk and address kept, resume starts the sandbox again with its files but without its processes (pause body {"memory": false}).
 type SandboxPauseMode string
 
@@ -405,6 +426,28 @@ type SandboxTimeout struct {
 type SandboxVolumeMount struct {
 	Name string `json:"name"`
 	Path string `json:"path"`
+}
+
+// Secret defines model for Secret.
+type Secret struct {
+	CreatedAt      time.Time `json:"createdAt"`
+	CurrentVersion int64     `json:"currentVersion"`
+
+	// Metadata At most 32 entries; keys up to 128 bytes, values up to 1024 bytes, 8192 bytes in all.
+	Metadata  SecretMetadata `json:"metadata"`
+	Name      string         `json:"name"`
+	SecretID  string         `json:"secretID"`
+	UpdatedAt time.Time      `json:"updatedAt"`
+}
+
+// SecretMetadata At most 32 entries; keys up to 128 bytes, values up to 1024 bytes, 8192 bytes in all.
+type SecretMetadata map[string]string
+
+// SecretUpdate defines model for SecretUpdate.
+type SecretUpdate struct {
+	// Metadata At most 32 entries; keys up to 128 bytes, values up to 1024 bytes, 8192 bytes in all.
+	Metadata *SecretMetadata `json:"metadata,omitempty"`
+	Value    string          `json:"value"`
 }
 
 // Template defines model for Template.
@@ -466,6 +509,9 @@ type MetadataFilter = string
 // SandboxID defines model for sandboxID.
 type SandboxID = string
 
+// SecretID defines model for secretID.
+type SecretID = string
+
 // BadRequest defines model for BadRequest.
 type BadRequest = Error
 
@@ -508,6 +554,15 @@ type GetSandboxMetricsParams struct {
 
 	// End Unix seconds; default now.
 	End *int64 `form:"end,omitempty" json:"end,omitempty"`
+}
+
+// ListSecretsParams defines parameters for ListSecrets.
+type ListSecretsParams struct {
+	// Limit Page size, 1..100.
+	Limit *int32 `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// NextToken Opaque cursor from a previous response's X-Next-Token header.
+	NextToken *string `form:"nextToken,omitempty" json:"nextToken,omitempty"`
 }
 
 // GetTemplateBuildStatusParams defines parameters for GetTemplateBuildStatus.
@@ -554,11 +609,20 @@ type CreateSandboxJSONRequestBody = NewSandbox
 // ConnectSandboxJSONRequestBody defines body for ConnectSandbox for application/json ContentType.
 type ConnectSandboxJSONRequestBody = ConnectSandbox
 
+// UpdateSandboxNetworkJSONRequestBody defines body for UpdateSandboxNetwork for application/json ContentType.
+type UpdateSandboxNetworkJSONRequestBody = SandboxNetworkUpdateConfig
+
 // PauseSandboxJSONRequestBody defines body for PauseSandbox for application/json ContentType.
 type PauseSandboxJSONRequestBody = PauseSandbox
 
 // SetSandboxTimeoutJSONRequestBody defines body for SetSandboxTimeout for application/json ContentType.
 type SetSandboxTimeoutJSONRequestBody = SandboxTimeout
+
+// CreateSecretJSONRequestBody defines body for CreateSecret for application/json ContentType.
+type CreateSecretJSONRequestBody = NewSecret
+
+// UpdateSecretJSONRequestBody defines body for UpdateSecret for application/json ContentType.
+type UpdateSecretJSONRequestBody = SecretUpdate
 
 // CreateSandboxV2JSONRequestBody defines body for CreateSandboxV2 for application/json ContentType.
 type CreateSandboxV2JSONRequestBody = NewSandboxV2
@@ -589,12 +653,30 @@ type ServerInterface interface {
 	// GetSandboxMetrics Resource samples of a sandbox within [start, end] (unix seconds).
 	// (GET /sandboxes/{sandboxID}/metrics)
 	GetSandboxMetrics(w http.ResponseWriter, r *http.Request, sandboxID SandboxID, params GetSandboxMetricsParams)
+	// UpdateSandboxNetwork Replace a running sandbox's egress settings at once.
+	// (PUT /sandboxes/{sandboxID}/network)
+	UpdateSandboxNetwork(w http.ResponseWriter, r *http.Request, sandboxID SandboxID)
 	// PauseSandbox Pause a running sandbox.
 	// (POST /sandboxes/{sandboxID}/pause)
 	PauseSandbox(w http.ResponseWriter, r *http.Request, sandboxID SandboxID)
 	// SetSandboxTimeout Replace the sandbox deadline with now + timeout seconds.
 	// (POST /sandboxes/{sandboxID}/timeout)
 	SetSandboxTimeout(w http.ResponseWriter, r *http.Request, sandboxID SandboxID)
+	// ListSecrets The caller's team's secrets, by name (values are never returned).
+	// (GET /secrets)
+	ListSecrets(w http.ResponseWriter, r *http.Request, params ListSecretsParams)
+	// CreateSecret Create a secret; its value is write-only and stored encrypted.
+	// (POST /secrets)
+	CreateSecret(w http.ResponseWriter, r *http.Request)
+	// DeleteSecret Delete a secret; rules that refer to it then fail closed.
+	// (DELETE /secrets/{secretID})
+	DeleteSecret(w http.ResponseWriter, r *http.Request, secretID SecretID)
+	// GetSecret One secret's metadata, by ID or name.
+	// (GET /secrets/{secretID})
+	GetSecret(w http.ResponseWriter, r *http.Request, secretID SecretID)
+	// UpdateSecret Store a new value (the next version) of a secret; metadata is replaced when given.
+	// (POST /secrets/{secretID})
+	UpdateSecret(w http.ResponseWriter, r *http.Request, secretID SecretID)
 	// ListTemplates The built templates, sorted by name (E2B's Template list shape).
 	// (GET /templates)
 	ListTemplates(w http.ResponseWriter, r *http.Request)
@@ -856,6 +938,32 @@ func (siw *ServerInterfaceWrapper) GetSandboxMetrics(w http.ResponseWriter, r *h
 	handler.ServeHTTP(w, r)
 }
 
+// UpdateSandboxNetwork operation middleware
+func (siw *ServerInterfaceWrapper) UpdateSandboxNetwork(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "sandboxID" -------------
+	var sandboxID SandboxID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "sandboxID", r.PathValue("sandboxID"), &sandboxID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "sandboxID", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.UpdateSandboxNetwork(w, r, sandboxID)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // PauseSandbox operation middleware
 func (siw *ServerInterfaceWrapper) PauseSandbox(w http.ResponseWriter, r *http.Request) {
 
@@ -899,6 +1007,144 @@ func (siw *ServerInterfaceWrapper) SetSandboxTimeout(w http.ResponseWriter, r *h
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.SetSandboxTimeout(w, r, sandboxID)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListSecrets operation middleware
+func (siw *ServerInterfaceWrapper) ListSecrets(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListSecretsParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: "int32"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "nextToken" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "nextToken", r.URL.Query(), &params.NextToken, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "nextToken"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "nextToken", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListSecrets(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateSecret operation middleware
+func (siw *ServerInterfaceWrapper) CreateSecret(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateSecret(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteSecret operation middleware
+func (siw *ServerInterfaceWrapper) DeleteSecret(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "secretID" -------------
+	var secretID SecretID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "secretID", r.PathValue("secretID"), &secretID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "secretID", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteSecret(w, r, secretID)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetSecret operation middleware
+func (siw *ServerInterfaceWrapper) GetSecret(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "secretID" -------------
+	var secretID SecretID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "secretID", r.PathValue("secretID"), &secretID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "secretID", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetSecret(w, r, secretID)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// UpdateSecret operation middleware
+func (siw *ServerInterfaceWrapper) UpdateSecret(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "secretID" -------------
+	var secretID SecretID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "secretID", r.PathValue("secretID"), &secretID, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "secretID", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.UpdateSecret(w, r, secretID)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -1271,6 +1517,12 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/sandboxes/{sandboxID}/logs", wrapper.GetSandboxLogs)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/templates", wrapper.ListTemplates)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/templates/{templateID}/builds/{buildID}/status", wrapper.GetTemplateBuildStatus)
+	m.HandleFunc(http.MethodPut+" "+options.BaseURL+"/sandboxes/{sandboxID}/network", wrapper.UpdateSandboxNetwork)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/secrets", wrapper.ListSecrets)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/secrets", wrapper.CreateSecret)
+	m.HandleFunc(http.MethodDelete+" "+options.BaseURL+"/secrets/{secretID}", wrapper.DeleteSecret)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/secrets/{secretID}", wrapper.GetSecret)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/secrets/{secretID}", wrapper.UpdateSecret)
 
 	return m
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/agentapi"
+	"github.com/cubby-dev/cubby/internal/egress/policy"
 )
 
 // ErrNotFound is returned for a sandbox the backend does not run.
@@ -37,6 +38,9 @@ type CreateRequest struct {
 	// NoInternet blocks traffic from the sandbox to anything outside the host
 	// (create's allow_internet_access=false); the gateway still reaches it.
 	NoInternet bool
+	// Egress is the sandbox's egress policy (network allowOut, denyOut,
+	// rules, egressProxy; package egress/policy); nil = none.
+	Egress *policy.Policy
 	// Boot are the agent's code-interpreter boot options (its command line).
 	Boot agentapi.BootOptions
 	// Init is sent to the agent once it answers /health, before Create returns.
@@ -138,6 +142,12 @@ type Backend interface {
 	// anything outside the host (create's allow_internet_access), and records it
 	// so a rebuilt network keeps it. Errors: ErrNotFound, ErrPaused.
 	SetInternetAccess(ctx context.Context, id string, allowed bool) error
+	// SetEgress replaces the egress policy of a running or paused sandbox (nil =
+	// none) at once: from its return on, connections the policy denies are
+	// refused and live ones it denies are cut; a sandbox whose rules rewrite
+	// HTTPS gets the egress CA installed (removed when they go). Errors:
+	// ErrNotFound, ErrNotSupported.
+	SetEgress(ctx context.Context, id string, p *policy.Policy) error
 	// Lookup returns the instance for id or ErrNotFound.
 	Lookup(ctx context.Context, id string) (Instance, error)
 	// Stats samples the sandbox's cgroup and disk usage. A sandbox paused in

@@ -56,7 +56,7 @@ func newRoot() *cobra.Command {
 	for _, cmd := range []*cobra.Command{run, exec, shell} {
 		client.bind(cmd)
 	}
-	root.AddCommand(newServeCmd(), newAgentCmd(), newTemplateCmd(),
+	root.AddCommand(newServeCmd(), newAgentCmd(), newEgressProxyCmd(), newTemplateCmd(),
 		newSandboxCmd(client), run, exec, shell, newFilesCmd(client), newKeysCmd(), newMCPCmd(client))
 	return root
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -13,10 +14,25 @@ import (
 	"github.com/cubby-dev/cubby/internal/server"
 )
 
+// Environment variables giving the defaults of the egress flags of serve.
+const (
+	envEgressResolver   = "CUBBY_EGRESS_RESOLVER"
+	envEgressUpstreamCA = "CUBBY_EGRESS_UPSTREAM_CA"
+)
+
+// envList splits the comma-separated value of env (nil when unset).
+func envList(env string) []string {
+	v := os.Getenv(env)
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
+}
+
 func newServeCmd() *cobra.Command {
 	var cfg server.Config
 	var subnet string
-	var pools, contexts, preload []string
+	var pools, contexts, preload, resolvers []string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the control plane (E2B REST API) and the sandbox gateway",
@@ -38,6 +54,9 @@ cubby keys create.`,
 				return fmt.Errorf("--subnet: %w", err)
 			}
 			cfg.Subnet = p
+			if cfg.EgressResolvers, err = server.ParseResolvers(resolvers); err != nil {
+				return fmt.Errorf("--egress-resolver: %w", err)
+			}
 			cfg.Boot = bootOptions(cmd, contexts, preload)
 			for _, spec := range pools {
 				t, err := pool.ParseTarget(spec)
@@ -72,6 +91,12 @@ cubby keys create.`,
 	f.StringArrayVar(&pools, "pool", nil, "keep a warm pool: TEMPLATE=SIZE booted sandboxes that creates claim in milliseconds (repeatable)")
 	f.IntVar(&cfg.PoolMemoryMB, "pool-memory-mb", 0, "memory budget of the warm pools in MiB, measured from their cgroups (default a quarter of the host's RAM)")
 	addLimitFlags(cmd, &cfg)
+	f.StringArrayVar(&resolvers, "egress-resolver", envList(envEgressResolver),
+		"DNS resolver ADDR[:PORT] the egress proxy resolves names with and forwards sandboxes' allowed queries to (repeatable; default $"+
+			envEgressResolver+" (comma-separated), else the nameservers of /etc/resolv.conf)")
+	f.StringVar(&cfg.EgressUpstreamCA, "egress-upstream-ca", os.Getenv(envEgressUpstreamCA),
+		"PEM file of extra CA certificates the egress proxy trusts when it re-encrypts HTTPS requests it rewrote (network rules; default $"+
+			envEgressUpstreamCA+"); the system roots always apply")
 	return cmd
 }
 

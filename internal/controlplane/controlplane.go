@@ -93,6 +93,9 @@ type Deps struct {
 	Log *slog.Logger
 	// Metrics receives create latencies and kills (Prometheus); nil records nothing.
 	Metrics *telemetry.Metrics
+	// Sealer encrypts secrets and network credentials at rest; nil = the
+	// /secrets routes answer 501 and no egress proxy password is accepted.
+	Sealer Sealer
 }
 
 // Service is the control plane. Its methods are safe for concurrent use.
@@ -107,6 +110,7 @@ type Service struct {
 	ringSize  int
 	pool      *pool.Pool // nil without Config.Pool
 	admit     *admission.Controller
+	sealer    Sealer // nil without Deps.Sealer
 
 	mu      sync.RWMutex
 	live    map[string]*sandbox // running and paused sandboxes
@@ -140,7 +144,7 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		cfg: cfg, store: deps.Store, backend: deps.Backend, templates: deps.Templates,
 		onKill: deps.OnKill, log: log, metrics: deps.Metrics, ringSize: min(max(ring, 16), 4096),
 		live: map[string]*sandbox{}, bg: bg, cancel: cancel, lastTouch: map[string]time.Time{},
-		admit: admission.New(cfg.Admission),
+		admit: admission.New(cfg.Admission), sealer: deps.Sealer,
 	}, nil
 }
 
@@ -299,5 +303,6 @@ func (s *Service) adopt(ctx context.Context, r store.Sandbox, in backend.Instanc
 	}
 	sb := newSandbox(r, in, s.admit.Hold(recordTeam(r), r.MemoryMB), s.ringSize)
 	s.register(sb)
+	s.restoreEgress(ctx, r)
 	return sb, nil
 }

@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/api"
 	"github.com/cubby-dev/cubby/internal/backend"
+	"github.com/cubby-dev/cubby/internal/egress/policy"
 	"github.com/cubby-dev/cubby/internal/store"
 	"github.com/cubby-dev/cubby/internal/telemetry"
 )
@@ -41,7 +41,9 @@ type createSpec struct {
 	allowNet  *bool
 	network   json.RawMessage
 	lifecycle store.Lifecycle
-	traffic   bool // trafficAccessToken required on public ports (network.allowPublicTraffic=false)
+	traffic   bool           // trafficAccessToken required on public ports (network.allowPublicTraffic=false)
+	egress    *policy.Policy // nil = none
+	proxyPass string         // network.egressProxy.password, sealed when recorded
 }
 
 // specFromBody validates a create body; secure and defTTL depend on the API version.
@@ -70,17 +72,12 @@ func (s *Service) specFromBody(b api.NewSandboxV2, secure bool, defTTL time.Dura
 	if sp.lifecycle, err = lifecycle(b); err != nil {
 		return createSpec{}, err
 	}
+	ns, err := parseNetwork(b.Network, b.AllowInternetAccess)
+	if err != nil {
+		return createSpec{}, err
+	}
+	sp.egress, sp.network, sp.proxyPass = ns.policy, ns.stored, ns.password
 	if b.Network != nil {
-		blockAll, err := enforceableNetwork(*b.Network)
-		if err != nil {
-			return createSpec{}, err
-		}
-		if blockAll {
-			sp.allowNet = new(false)
-		}
-		if sp.network, err = json.Marshal(b.Network); err != nil {
-			return createSpec{}, fmt.Errorf("encode network: %w", err)
-		}
 		sp.traffic = b.Network.AllowPublicTraffic != nil && !*b.Network.AllowPublicTraffic
 	}
 	return sp, nil
@@ -97,41 +94,6 @@ func unsupported(b api.NewSandboxV2) error {
 		return badRequest("iam is not supported by this server")
 	}
 	return nil
-}
-
-// allTraffic is the CIDR the SDKs name ALL_TRAFFIC (E2B wire §2.2 network).
-const allTraffic = "0.0.0.0/0"
-
-// enforceableNetwork accepts the network options this server enforces and
-// rejects the others with a 400 rather than storing rules nothing applies:
-// allowPublicTraffic (the traffic access token) and denyOut of all traffic,
-// which blocks egress like allow_internet_access=false (blockAll true).
-func enforceableNetwork(n api.SandboxNetworkConfig) (blockAll bool, err error) {
-	unsupported := func(field string) error {
-		return badRequest("network." + field + " is not supported by this server: egress can only be blocked as a whole " +
-			"(allow_internet_access: false, or network.denyOut: [\"" + allTraffic + "\"])")
-	}
-	switch {
-	case n.AllowOut != nil && len(*n.AllowOut) > 0:
-		return false, unsupported("allowOut")
-	case n.Rules != nil && len(*n.Rules) > 0:
-		return false, unsupported("rules")
-	case n.EgressProxy != nil:
-		return false, unsupported("egressProxy")
-	case n.HttpsPorts != nil && len(*n.HttpsPorts) > 0:
-		return false, unsupported("httpsPorts")
-	case n.MaskRequestHost != nil && *n.MaskRequestHost != "":
-		return false, unsupported("maskRequestHost")
-	}
-	if n.DenyOut == nil || len(*n.DenyOut) == 0 {
-		return false, nil
-	}
-	for _, cidr := range *n.DenyOut {
-		if cidr != allTraffic {
-			return false, unsupported("denyOut " + strconv.Quote(cidr))
-		}
-	}
-	return true, nil
 }
 
 func stringMap[M ~map[string]string](m *M, what string) (map[string]string, error) {
@@ -214,6 +176,9 @@ func (s *Service) create(ctx context.Context, sp createSpec) (store.Sandbox, err
 	if err != nil {
 		return store.Sandbox{}, fmt.Errorf("resolve template %q: %w", sp.template, err)
 	}
+	if err := s.checkSecrets(ctx, sp.team, sp.egress); err != nil {
+		return store.Sandbox{}, err
+	}
 	began := time.Now()
 	rec := s.newRecord(sp, ref)
 	ticket, err := s.admit.Admit(recordTeam(rec), rec.MemoryMB)
@@ -254,7 +219,11 @@ func (s *Service) startInstance(ctx context.Context, rec *store.Sandbox, ref Tem
 	if s.pool != nil {
 		if in, ok := s.pool.Claim(ctx, req); ok {
 			rec.ID = in.SandboxID
-			if err := s.store.InsertSandbox(ctx, *rec); err != nil {
+			err := s.store.InsertSandbox(ctx, *rec)
+			if err == nil {
+				err = s.saveNetworkSecret(ctx, *rec, sp.proxyPass)
+			}
+			if err != nil {
 				_ = s.backend.Kill(ctx, in.SandboxID)
 				return backend.Instance{}, err
 			}
@@ -262,6 +231,10 @@ func (s *Service) startInstance(ctx context.Context, rec *store.Sandbox, ref Tem
 		}
 	}
 	if err := s.store.InsertSandbox(ctx, *rec); err != nil {
+		return backend.Instance{}, err
+	}
+	if err := s.saveNetworkSecret(ctx, *rec, sp.proxyPass); err != nil {
+		s.failCreate(ctx, rec.ID, err)
 		return backend.Instance{}, err
 	}
 	in, err := s.backend.Create(ctx, req)
@@ -320,7 +293,8 @@ func (s *Service) createRequest(rec store.Sandbox, ref TemplateRef, sp createSpe
 	return backend.CreateRequest{
 		SandboxID: rec.ID, TemplateID: ref.ID, RootfsDir: ref.RootfsDir, Runtime: ref.Runtime,
 		CPUCount: rec.CPUCount, MemoryMB: rec.MemoryMB, DiskSizeMB: rec.DiskSizeMB,
-		NoInternet: sp.allowNet != nil && !*sp.allowNet,
+		NoInternet: sp.allowNet != nil && !*sp.allowNet || sp.egress.BlocksAll(),
+		Egress:     sp.egress,
 		Boot:       s.cfg.Boot,
 		Init: agentapi.InitRequest{
 			EnvVars: sp.envVars, AccessToken: rec.AccessToken, TrafficAccessToken: rec.TrafficToken,

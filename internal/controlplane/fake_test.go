@@ -16,6 +16,8 @@ import (
 
 	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/backend"
+	"github.com/cubby-dev/cubby/internal/egress/policy"
+	"github.com/cubby-dev/cubby/internal/secretbox"
 	"github.com/cubby-dev/cubby/internal/store"
 	"github.com/cubby-dev/cubby/internal/telemetry"
 )
@@ -36,6 +38,7 @@ type fakeBackend struct {
 	logLines  []backend.LogLine // returned by Logs for every sandbox
 	reinits   map[string][]agentapi.InitRequest
 	killCtx   []error // ctx.Err() seen by each Kill
+	egress    map[string]*policy.Policy // last SetEgress per sandbox
 }
 
 func newFakeBackend() *fakeBackend {
@@ -137,6 +140,28 @@ func (f *fakeBackend) SetInternetAccess(_ context.Context, id string, _ bool) er
 	if _, ok := f.instances[id]; !ok {
 		return backend.ErrNotFound
 	}
+	return nil
+}
+
+// testSealer seals with a fixed test key.
+func testSealer(t testing.TB) Sealer {
+	b, err := secretbox.New(bytes.Repeat([]byte{7}, secretbox.KeySize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func (f *fakeBackend) SetEgress(_ context.Context, id string, p *policy.Policy) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.instances[id]; !ok {
+		return backend.ErrNotFound
+	}
+	if f.egress == nil {
+		f.egress = map[string]*policy.Policy{}
+	}
+	f.egress[id] = p
 	return nil
 }
 
@@ -267,6 +292,7 @@ func (h *harness) start() {
 		Store: h.store, Backend: h.fake, Templates: StoreTemplates{Store: h.store},
 		OnKill:  func(id string) { killed <- id },
 		Metrics: h.metrics,
+		Sealer:  testSealer(h.t),
 	})
 	if err != nil {
 		h.t.Fatal(err)

@@ -154,27 +154,33 @@ func TestCreateNetworkAndLifecycle(t *testing.T) {
 	}
 	info := h.do("GET", "/sandboxes/"+id, nil)
 	body := string(info.body)
-	if !strings.Contains(body, `"denyOut":["0.0.0.0/0"]`) || !strings.Contains(body, `"allowInternetAccess":false`) ||
+	if !strings.Contains(body, `"denyOut":["0.0.0.0/0"]`) ||
 		!strings.Contains(body, `"lifecycle":{"autoResume":true,"onTimeout":"pause"}`) {
 		t.Fatalf("detail = %s", body)
 	}
 }
 
-// TestCreateRejectsUnenforcedNetwork: network options nothing would enforce
-// are a 400 naming the field, and no sandbox is created.
-func TestCreateRejectsUnenforcedNetwork(t *testing.T) {
+// TestCreateRejectsBadNetwork: invalid network options are a 400 naming the
+// field, and no sandbox is created.
+func TestCreateRejectsBadNetwork(t *testing.T) {
 	h := newHarness(t, Config{})
-	for field, v := range map[string]any{
-		"allowOut":        []string{"1.1.1.1"},
-		"denyOut":         []string{"10.0.0.0/8"},
-		"rules":           map[string]any{"api.example.com": []map[string]any{{"transform": map[string]any{"headers": map[string]string{"A": "b"}}}}},
-		"egressProxy":     map[string]string{"address": "proxy:3128"},
-		"httpsPorts":      []int{8443},
-		"maskRequestHost": "example.com",
+	header := func(v string) map[string]any {
+		return map[string]any{"api.example.com": []map[string]any{{"transform": map[string]any{"headers": map[string]string{"A": v}}}}}
+	}
+	for field, network := range map[string]map[string]any{
+		"network.allowOut[1]":     {"allowOut": []string{"1.1.1.1", "not a domain!"}, "denyOut": []string{"0.0.0.0/0"}},
+		"network.allowOut":        {"allowOut": []string{"example.com"}},
+		"network.denyOut[0]":      {"denyOut": []string{"example.com"}},
+		`network.rules["*"]`:      {"rules": map[string]any{"*": []any{}}},
+		"network.rules: secret":   {"rules": header("Bearer ${e2b.secrets.missing}")},
+		`network.rules["api.ex`:   {"rules": header("a\r\nb")},
+		"network.egressProxy":     {"egressProxy": map[string]string{"address": "proxy"}},
+		"network.httpsPorts[0]":   {"httpsPorts": []int{49983}},
+		"network.maskRequestHost": {"maskRequestHost": "bad host!"},
 	} {
-		msg := wantError(t, h.do("POST", "/v2/sandboxes", map[string]any{"network": map[string]any{field: v}}), 400)
-		if !strings.Contains(msg, "network."+field) {
-			t.Errorf("%s: message %q does not name the field", field, msg)
+		msg := wantError(t, h.do("POST", "/v2/sandboxes", map[string]any{"network": network}), 400)
+		if !strings.Contains(msg, field) {
+			t.Errorf("%v: message %q does not name %s", network, msg, field)
 		}
 	}
 	h.fake.mu.Lock()

@@ -13,6 +13,10 @@ type Route struct {
 	AutoResume   bool       // lifecycle.autoResume: traffic to the paused sandbox resumes it (see Wake)
 	AccessToken  string     // envd X-Access-Token; "" for unsecured sandboxes
 	TrafficToken string     // E2B-Traffic-Access-Token required on non-envd ports; "" = public
+	// MaskRequestHost replaces the Host of requests to the sandbox
+	// (network.maskRequestHost, "${PORT}" standing for the port); "" = kept.
+	MaskRequestHost string
+	HTTPSPorts      []int // ports reached over TLS (network.httpsPorts)
 }
 
 // RouteWithID is a Route with its sandbox ID.

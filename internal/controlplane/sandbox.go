@@ -54,6 +54,7 @@ func newSandbox(r store.Sandbox, in backend.Instance, ticket *admission.Ticket, 
 		onTimeout:       r.Lifecycle.OnTimeout,
 		autoPauseMemory: r.Lifecycle.AutoPauseMemory,
 	}
+	sb.route.MaskRequestHost, sb.route.HTTPSPorts = ingressOf(r.Network)
 	if in.Paused {
 		sb.pauseMode = in.PauseMode
 		if sb.pauseMode == "" {

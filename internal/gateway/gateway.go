@@ -13,6 +13,8 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -45,6 +47,23 @@ type Target struct {
 	Running      bool       // false while paused: requests get 502 (E2B wire §1.3)
 	AccessToken  string     // envdAccessToken; "" for unsecured sandboxes (E2B wire §3.7)
 	TrafficToken string     // trafficAccessToken; "" when public traffic is allowed (E2B wire §1.4)
+	// MaskRequestHost, when set, replaces the Host header of requests to the
+	// sandbox (network.maskRequestHost; MaskPort stands for the port).
+	MaskRequestHost string
+	// HTTPSPorts are the sandbox ports served over TLS (network.httpsPorts):
+	// the gateway connects to them with TLS, without verifying certificates.
+	HTTPSPorts []int
+}
+
+// MaskPort is the placeholder of Target.MaskRequestHost replaced by the port.
+const MaskPort = "${PORT}"
+
+// requestHost is the Host header sent upstream for a request to port.
+func (t Target) requestHost(in string, port int) string {
+	if t.MaskRequestHost == "" {
+		return in
+	}
+	return strings.ReplaceAll(t.MaskRequestHost, MaskPort, strconv.Itoa(port))
 }
 
 // Resolver looks sandboxes up. It is called on every request, so implementations must
@@ -161,7 +180,8 @@ func (g *Gateway) serveRoute(w http.ResponseWriter, r *http.Request, route Route
 	g.reg.add(route.SandboxID, cs)
 	defer g.reg.remove(route.SandboxID, cs)
 
-	pt := &proxyTarget{id: route.SandboxID, addr: t.Addr, iface: t.HostIface, port: route.Port, stream: cs}
+	pt := &proxyTarget{id: route.SandboxID, addr: t.Addr, iface: t.HostIface, port: route.Port, stream: cs,
+		host: t.requestHost(r.Host, route.Port), https: route.Port != EnvdPort && slices.Contains(t.HTTPSPorts, route.Port)}
 	out := r.WithContext(context.WithValue(ctx, proxyTargetKey{}, pt))
 	if route.Port != agentapi.InterpreterPort {
 		// The code interpreter takes the traffic token as a credential (see

@@ -29,6 +29,8 @@ type proxyTarget struct {
 	iface  string // host interface the upstream connection is bound to
 	port   int
 	stream *clientStream
+	host   string // Host header sent upstream
+	https  bool   // the port serves TLS (network.httpsPorts)
 }
 
 type proxyTargetKey struct{}
@@ -74,8 +76,11 @@ func parseUpstreamHost(hostport string) (upstream, error) {
 func rewrite(pr *httputil.ProxyRequest) {
 	pt := pr.In.Context().Value(proxyTargetKey{}).(*proxyTarget)
 	pr.Out.URL.Scheme = "http"
+	if pt.https {
+		pr.Out.URL.Scheme = "https"
+	}
 	pr.Out.URL.Host = upstreamHost(pt.id, pt.addr, pt.iface, pt.port)
-	pr.Out.Host = pr.In.Host
+	pr.Out.Host = pt.host
 	pr.SetXForwarded()
 }
 
@@ -87,6 +92,11 @@ func (g *Gateway) newTransport(dialTimeout time.Duration) *http.Transport {
 	return &http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			return g.dialUpstream(ctx, d, network, addr)
+		},
+		// Ports listed in httpsPorts: TLS to the sandbox, certificates not
+		// verified (the service's own, often self-signed; E2B does the same).
+		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return g.dialUpstreamTLS(ctx, d, network, addr)
 		},
 		ForceAttemptHTTP2:   false,
 		TLSNextProto:        map[string]func(string, *tls.Conn) http.RoundTripper{},
@@ -118,6 +128,32 @@ func (g *Gateway) dialUpstream(ctx context.Context, d *net.Dialer, network, addr
 	}
 	tc := &trackedConn{Conn: c, id: up.id, reg: g.reg}
 	g.reg.add(up.id, tc)
+	return tc, nil
+}
+
+// dialUpstreamTLS is dialUpstream with TLS on top, the request's Host as the
+// server name, the certificate not verified.
+func (g *Gateway) dialUpstreamTLS(ctx context.Context, d *net.Dialer, network, addr string) (net.Conn, error) {
+	c, err := g.dialUpstream(ctx, d, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	sni := ""
+	if pt, ok := ctx.Value(proxyTargetKey{}).(*proxyTarget); ok {
+		if h, _, err := net.SplitHostPort(pt.host); err == nil {
+			sni = h
+		} else {
+			sni = pt.host
+		}
+	}
+	if _, err := netip.ParseAddr(sni); err == nil {
+		sni = "" // no IP literals in SNI (RFC 6066)
+	}
+	tc := tls.Client(c, &tls.Config{ServerName: sni, InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}}) // E2B does not verify either
+	if err := tc.HandshakeContext(ctx); err != nil {
+		_ = c.Close()
+		return nil, &dialError{fmt.Errorf("TLS to sandbox port: %w", err)}
+	}
 	return tc, nil
 }
 

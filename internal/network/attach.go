@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -363,6 +364,11 @@ func (m *Manager) staleIDs(keep map[string]bool) (map[string]bool, error) {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("list %s: %w", m.cfg.NetnsDir, err)
 	}
+	keep = maps.Clone(keep)
+	if keep == nil {
+		keep = map[string]bool{}
+	}
+	keep[EgressID] = true // the egress proxy's network is AttachEgress's
 	for _, e := range entries {
 		id, ok := strings.CutPrefix(e.Name(), m.cfg.Prefix)
 		if ok && validID(id) == nil && !keep[id] {

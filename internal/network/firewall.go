@@ -133,10 +133,10 @@ func (m *Manager) applyFirewall() error {
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
-	links, own, noinet := m.sets()
-	keep := map[*nftables.Set][]nftables.SetElement{}
-	for _, set := range []*nftables.Set{links, own, noinet} {
-		if keep[set], err = m.elements(c, set); err != nil {
+	sets := m.allSets()
+	keep := map[string][]nftables.SetElement{}
+	for _, set := range sets {
+		if keep[set.Name], err = m.elements(c, set); err != nil {
 			return err
 		}
 	}
@@ -144,8 +144,8 @@ func (m *Manager) applyFirewall() error {
 	c.AddTable(t)
 	c.DelTable(t)
 	c.AddTable(t)
-	for _, set := range []*nftables.Set{links, own, noinet} {
-		if err := c.AddSet(set, keep[set]); err != nil {
+	for _, set := range sets {
+		if err := c.AddSet(set, keep[set.Name]); err != nil {
 			return fmt.Errorf("nft set %s: %w", set.Name, err)
 		}
 	}
@@ -155,11 +155,12 @@ func (m *Manager) applyFirewall() error {
 	m.addInputChain(c, t)
 	m.addLinkCheckChain(c, t, chainEgress, nftables.ChainHookPostrouting, nftables.ChainPriorityFilter, expr.MetaKeyOIFNAME, 16)
 	m.addNATChain(c, t)
+	m.addSteeringChain(c, t)
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("apply nft table %s: %w", m.cfg.Table, err)
 	}
-	m.noinet = make(map[string]bool, len(keep[noinet]))
-	for _, e := range keep[noinet] {
+	m.noinet = make(map[string]bool, len(keep[setNoInternet]))
+	for _, e := range keep[setNoInternet] {
 		m.noinet[keyIfname(e.Key)] = true
 	}
 	return nil
@@ -215,16 +216,17 @@ func (m *Manager) addForwardChain(c *nftables.Conn, t *nftables.Table) {
 		concat(ifnameIn(expr.MetaKeyIIFNAME, noinet, false), reject),
 		concat(ifnameIn(expr.MetaKeyIIFNAME, links, true), ifnameIn(expr.MetaKeyOIFNAME, links, false),
 			ctBits(expr.CtKeySTATE, expr.CtStateBitNEW, expr.CmpOpNeq), ctBits(expr.CtKeySTATUS, ctDstNAT, expr.CmpOpEq), reject))
+	m.addPolicyRules(c, ch)
 }
 
 func (m *Manager) addInputChain(c *nftables.Conn, t *nftables.Table) {
 	links, _, _ := m.sets()
 	ch := baseChain(c, t, chainInput, nftables.ChainTypeFilter, nftables.ChainHookInput, nftables.ChainPriorityFilter)
 	from := ifnameIn(expr.MetaKeyIIFNAME, links, false)
-	addRules(c, ch,
-		concat(from, ctBits(expr.CtKeySTATE, expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED, expr.CmpOpNeq),
-			verdict(expr.VerdictAccept)),
-		concat(from, jump(chainReject)))
+	addRules(c, ch, concat(from, ctBits(expr.CtKeySTATE, expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED, expr.CmpOpNeq),
+		verdict(expr.VerdictAccept)))
+	addRules(c, ch, m.proxyInputRules()...)
+	addRules(c, ch, concat(from, jump(chainReject)))
 }
 
 func (m *Manager) addNATChain(c *nftables.Conn, t *nftables.Table) {
@@ -297,6 +299,9 @@ func (m *Manager) unregister(name string, addr netip.Addr) error {
 			return err
 		}
 	}
+	if err := m.clearEgress(c, name); err != nil {
+		return err
+	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("unregister %s from nft table %s: %w", name, m.cfg.Table, err)
 	}
@@ -366,8 +371,7 @@ func (m *Manager) pruneSets() error {
 		held[m.vethName(id)] = true
 	}
 	var stale []string
-	links, own, noinet := m.sets()
-	for _, set := range []*nftables.Set{links, own, noinet} {
+	for _, set := range m.allSets() {
 		elems, err := m.elements(c, set)
 		if err != nil {
 			return err
@@ -375,7 +379,7 @@ func (m *Manager) pruneSets() error {
 		var drop []nftables.SetElement
 		for _, e := range elems {
 			if name := keyIfname(e.Key); !held[name] {
-				drop = append(drop, nftables.SetElement{Key: e.Key})
+				drop = append(drop, nftables.SetElement{Key: e.Key, KeyEnd: e.KeyEnd})
 				stale = append(stale, name)
 			}
 		}

@@ -126,6 +126,9 @@ func newManagerNoSetup(tb testing.TB, cfg Config) *Manager {
 		if err := m.Sweep(ctx, nil); err != nil {
 			tb.Errorf("cleanup Sweep: %v", err)
 		}
+		if err := m.Detach(ctx, EgressID); err != nil { // Sweep keeps it
+			tb.Errorf("cleanup egress network: %v", err)
+		}
 		if err := m.Teardown(ctx); err != nil {
 			tb.Errorf("cleanup Teardown: %v", err)
 		}
@@ -140,10 +143,15 @@ func inNetns(path string, fn func() error) error { return nettest.InNetns(path, 
 // serveEcho listens on addr:0 (inside netns path if non-empty) and echoes one
 // line back per connection, prefixed with the peer address: "<peer> <line>".
 func serveEcho(tb testing.TB, nsPath string, addr netip.Addr) netip.AddrPort {
+	return serveEchoAt(tb, nsPath, netip.AddrPortFrom(addr, 0))
+}
+
+// serveEchoAt is serveEcho on ap (port 0: one the kernel picks).
+func serveEchoAt(tb testing.TB, nsPath string, ap netip.AddrPort) netip.AddrPort {
 	tb.Helper()
 	var ln net.Listener
 	listen := func() (err error) {
-		ln, err = net.Listen("tcp4", netip.AddrPortFrom(addr, 0).String())
+		ln, err = net.Listen("tcp4", ap.String())
 		return err
 	}
 	var err error
@@ -153,7 +161,7 @@ func serveEcho(tb testing.TB, nsPath string, addr netip.Addr) netip.AddrPort {
 		err = inNetns(nsPath, listen)
 	}
 	if err != nil {
-		tb.Fatalf("listen on %s (netns %q): %v", addr, nsPath, err)
+		tb.Fatalf("listen on %s (netns %q): %v", ap, nsPath, err)
 	}
 	tb.Cleanup(func() { ln.Close() })
 	go func() {

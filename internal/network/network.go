@@ -128,6 +128,7 @@ type Manager struct {
 	sbx     map[string]*sandbox
 	alloc   *allocator
 	noinet  map[string]bool // mirror of the nft set "noinet" (host link names); nil = unknown (before Setup)
+	ports   EgressPorts     // egress proxy ports on the gateway; zero = no steering rules
 	dirDone bool            // NetnsDir prepared as a shared mount point
 }
 

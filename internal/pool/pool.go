@@ -142,7 +142,7 @@ func New(cfg Config) *Pool {
 }
 
 // Claim hands a warm sandbox matching req to a create request: it blocks its
-// internet access when req.NoInternet, sends req.Init to its agent (env vars,
+// internet access when req.NoInternet, applies req.Egress, sends req.Init to its agent (env vars,
 // access token) and returns the instance, whose SandboxID replaces the one req
 // carried. ok is false when no warm sandbox matches (the caller then creates
 // one cold); a sandbox that fails either step is killed and the next one is
@@ -180,6 +180,11 @@ func (p *Pool) Claim(ctx context.Context, req backend.CreateRequest) (in backend
 func (p *Pool) configure(ctx context.Context, id string, req backend.CreateRequest) error {
 	if req.NoInternet {
 		if err := p.cfg.Backend.SetInternetAccess(ctx, id, false); err != nil {
+			return err
+		}
+	}
+	if req.Egress != nil {
+		if err := p.cfg.Backend.SetEgress(ctx, id, req.Egress); err != nil {
 			return err
 		}
 	}

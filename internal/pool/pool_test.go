@@ -11,6 +11,7 @@ import (
 
 	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/backend"
+	"github.com/cubby-dev/cubby/internal/egress/policy"
 )
 
 // fakeBackend is a test-only, in-memory backend.Backend (a mock: the real
@@ -26,6 +27,7 @@ type fakeBackend struct {
 	memUsed   uint64
 	failInit  map[string]bool // Reinit fails for these IDs
 	blocked   map[string]bool // internet access blocked
+	egress    map[string]*policy.Policy
 	createErr error
 }
 
@@ -73,6 +75,19 @@ func (f *fakeBackend) SetInternetAccess(_ context.Context, id string, allowed bo
 		return backend.ErrNotFound
 	}
 	f.blocked[id] = !allowed
+	return nil
+}
+
+func (f *fakeBackend) SetEgress(_ context.Context, id string, p *policy.Policy) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.live[id]; !ok {
+		return backend.ErrNotFound
+	}
+	if f.egress == nil {
+		f.egress = map[string]*policy.Policy{}
+	}
+	f.egress[id] = p
 	return nil
 }
 

@@ -83,7 +83,8 @@ func (r routes) Resolve(id string) (gateway.Target, bool) {
 // target converts a control-plane route of sandbox id for the gateway.
 func target(id string, rt controlplane.Route) gateway.Target {
 	return gateway.Target{ID: id, Addr: rt.Addr, HostIface: rt.HostIface, Running: rt.Running,
-		AccessToken: rt.AccessToken, TrafficToken: rt.TrafficToken}
+		AccessToken: rt.AccessToken, TrafficToken: rt.TrafficToken,
+		MaskRequestHost: rt.MaskRequestHost, HTTPSPorts: rt.HTTPSPorts}
 }
 
 // Wake lets traffic resume paused sandboxes with lifecycle autoResume (gateway.Waker).

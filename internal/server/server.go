@@ -31,6 +31,8 @@ import (
 	"github.com/cubby-dev/cubby/internal/backend/local"
 	"github.com/cubby-dev/cubby/internal/controlplane"
 	"github.com/cubby-dev/cubby/internal/dashboard"
+	"github.com/cubby-dev/cubby/internal/egress"
+	"github.com/cubby-dev/cubby/internal/egress/proxy"
 	"github.com/cubby-dev/cubby/internal/gateway"
 	"github.com/cubby-dev/cubby/internal/mcpserver"
 	"github.com/cubby-dev/cubby/internal/meminfo"
@@ -75,6 +77,12 @@ type Config struct {
 	// DefaultIdleTimeout. Neither timeout limits a request in progress
 	// (executions, watch streams, PTYs and uploads run as long as they need).
 	IdleTimeout time.Duration
+	// EgressResolvers are the DNS resolvers of the egress proxy (its own
+	// lookups and sandboxes' allowed queries); default /etc/resolv.conf's.
+	EgressResolvers []netip.AddrPort
+	// EgressUpstreamCA is a PEM file of extra roots the egress proxy trusts
+	// for hosts whose HTTPS it re-encrypts; "" = the system roots only.
+	EgressUpstreamCA string
 }
 
 // Listener timeouts of `cubby serve` (README's flag table).
@@ -228,6 +236,7 @@ type app struct {
 	control *controlplane.Service
 	gateway *gateway.Gateway
 	backend *local.Backend
+	egress  *egress.Supervisor
 	metrics *telemetry.Metrics
 	mcp     *mcpserver.Service // set by handler
 }
@@ -260,6 +269,7 @@ func (a *app) handler(cfg Config, self string, log *slog.Logger) (http.Handler, 
 }
 
 func (a *app) close() {
+	_ = a.egress.Close()
 	_ = a.backend.Close()
 	_ = a.store.Close()
 }
@@ -280,11 +290,16 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 	if err := ensureTemplate(ctx, tm, cfg.DefaultTemplate, cfg.Progress, a.metrics); err != nil {
 		return nil, err
 	}
-	b, err := newBackend(ctx, cfg, log)
+	sealer, err := openSealer(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
-	a.backend = b
+	secrets := &secretSource{}
+	b, sup, err := newBackend(ctx, cfg, log, a.metrics, secrets)
+	if err != nil {
+		return nil, err
+	}
+	a.backend, a.egress = b, sup
 	resolver := &templateResolver{m: tm, store: st}
 	if err := resolver.sync(ctx); err != nil {
 		return nil, err
@@ -310,11 +325,15 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 		},
 		Log:     log.With("component", "controlplane"),
 		Metrics: a.metrics,
+		Sealer:  sealer,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("control plane: %w", err)
 	}
-	a.control = cp
+	a.control, secrets.cp = cp, cp
+	if err := sup.Start(ctx); err != nil {
+		return nil, fmt.Errorf("egress proxy: %w", err)
+	}
 	if err := a.metrics.WatchStates(cp); err != nil {
 		return nil, err
 	}
@@ -326,6 +345,9 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 	if err := cp.Start(ctx); err != nil {
 		return nil, fmt.Errorf("start control plane: %w", err)
 	}
+	if err := b.WatchKernelDecisions(ctx, egressSink(a.metrics, b)); err != nil {
+		log.Warn("egress decisions taken by nftables are not logged", "err", err)
+	}
 	if err := firstKey(ctx, cfg, cp, log); err != nil {
 		return nil, err
 	}
@@ -333,31 +355,40 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 	return a, nil
 }
 
-func newBackend(ctx context.Context, cfg Config, log *slog.Logger) (*local.Backend, error) {
+// newBackend sets up the host network and builds the local backend with its
+// egress proxy supervisor (started later, once secrets can be resolved).
+func newBackend(ctx context.Context, cfg Config, log *slog.Logger, tel *telemetry.Metrics, secrets egress.SecretSource) (*local.Backend, *egress.Supervisor, error) {
 	nm, err := network.New(network.Config{Bridge: cfg.Bridge, Subnet: cfg.Subnet, Prefix: cfg.Bridge + "-"}, log.With("component", "network"))
 	if err != nil {
-		return nil, fmt.Errorf("network: %w", err)
+		return nil, nil, fmt.Errorf("network: %w", err)
 	}
 	if err := nm.Setup(ctx); err != nil {
-		return nil, fmt.Errorf("set up host network: %w", err)
+		return nil, nil, fmt.Errorf("set up host network: %w", err)
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, fmt.Errorf("locate cubby binary: %w", err)
+		return nil, nil, fmt.Errorf("locate cubby binary: %w", err)
 	}
 	rts, err := runtimes(cfg, exe, log)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	var b *local.Backend
+	sink := func(e proxy.Event) { egressSink(tel, b)(e) }
+	sup, err := newSupervisor(cfg, nm, secrets, sink, tel.EgressProxyRestarted, log)
+	if err != nil {
+		return nil, nil, err
 	}
 	rm := rootfs.New(filepath.Join(cfg.DataDir, "cache", "disks"), log.With("component", "rootfs"))
-	b, err := local.New(local.Config{
+	b, err = local.New(local.Config{
 		Dir:         filepath.Join(cfg.DataDir, "sandboxes"),
 		AgentBinary: exe,
+		Egress:      sup,
 	}, rts, nm, rm, log.With("component", "backend"))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return b, nil
+	return b, sup, nil
 }
 
 // runtimes returns the OCI runtimes the backend may use, the default first: runc

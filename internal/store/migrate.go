@@ -72,6 +72,21 @@ func migrations() []string {
 		// accepts it); until now a traffic token meant exactly that.
 		`ALTER TABLE sandboxes ADD COLUMN private_traffic INTEGER NOT NULL DEFAULT 0;
 	UPDATE sandboxes SET private_traffic = 1 WHERE traffic_token != '';`,
+		// 5: secrets (E2B's /secrets: values sealed with the server key, see
+		// package secretbox) and the sealed credentials of a sandbox's network
+		// config (the egress proxy password), dropped when it is killed.
+		`CREATE TABLE secrets (
+		id         TEXT PRIMARY KEY,
+		team       TEXT NOT NULL,
+		name       TEXT NOT NULL,
+		metadata   TEXT NOT NULL DEFAULT '{}',
+		version    INTEGER NOT NULL,
+		value      BLOB NOT NULL,
+		created_at INTEGER NOT NULL,
+		updated_at INTEGER NOT NULL,
+		UNIQUE (team, name)
+	);
+	ALTER TABLE sandboxes ADD COLUMN network_secret BLOB;`,
 	}
 }
 

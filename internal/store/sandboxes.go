@@ -318,12 +318,13 @@ func (s *Store) MarkResumed(ctx context.Context, id string, addr netip.Addr, end
 }
 
 // MarkKilled moves a running or paused sandbox to killed with the time and reason.
-// The record is kept without its secrets: access token, traffic token and env
-// vars are emptied (their old copies stay in the WAL until TruncateWAL).
+// The record is kept without its secrets: access token, traffic token, env
+// vars and the sealed network credentials are emptied (their old copies stay
+// in the WAL until TruncateWAL).
 // Returns ErrNotFound when unknown or already killed.
 func (s *Store) MarkKilled(ctx context.Context, id string, at time.Time, reason string) error {
 	return s.transition(ctx, id, []State{StateRunning, StatePaused},
-		"state = 'killed', killed_at = ?, kill_reason = ?, access_token = '', traffic_token = '', env_vars = '{}'",
+		"state = 'killed', killed_at = ?, kill_reason = ?, access_token = '', traffic_token = '', env_vars = '{}', network_secret = NULL",
 		toMS(at), reason)
 }
 

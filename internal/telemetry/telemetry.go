@@ -40,6 +40,7 @@ type Metrics struct {
 	pool      *prometheus.GaugeVec
 	target    *prometheus.GaugeVec
 	claims    *prometheus.CounterVec
+	egress    egressMetrics
 }
 
 // Pool claim outcomes (label `outcome` of cubby_pool_claims_total).
@@ -91,6 +92,7 @@ func New() *Metrics {
 	}
 	m.reg.MustRegister(m.create, m.kills, m.api, m.gateway, m.templates, m.pool, m.target, m.claims,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.egress = newEgressMetrics(m.reg)
 	return m
 }
 

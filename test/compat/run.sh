@@ -10,11 +10,14 @@
 # suite; the default runs all four.
 #
 # Steps: build bin/cubby (and, for the code-interpreter suites, the
-# code-interpreter template; cached), start `cubby serve` on a free loopback
-# port with a generated API key, wait for GET /health (up to 20 min: the first
-# start builds the base template), install the suites' dependencies
-# (idempotent), run the suites, stop the server. Exits non-zero if anything
-# fails.
+# code-interpreter template; cached), start the test internet the network
+# tests use (test/compat/internet: echo servers, DNS and a SOCKS5 proxy in a
+# network namespace; CUBBY_TEST_INTERNET names its JSON description), start
+# `cubby serve` on a free loopback port with a generated API key and its
+# egress proxy pointed at that internet, wait for GET /health (up to 20 min:
+# the first start builds the base template), install the suites' dependencies
+# (idempotent), run the suites, stop the server and the test internet. Exits
+# non-zero if anything fails.
 #
 # Environment knobs:
 #   CUBBY_DATA_DIR            server data dir (default: <repo>/.cache/compat-data)
@@ -39,7 +42,7 @@ for arg in "$@"; do
     --py-only) lang_js=0 ;;
     --ci-only) kind_core=0 ;;
     --core-only) kind_ci=0 ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option: $arg" >&2; exit 2 ;;
   esac
 done
@@ -170,6 +173,40 @@ fi
 port="${CUBBY_COMPAT_PORT:-$(free_port)}"
 api_key="e2b_$(od -An -N20 -tx1 /dev/urandom | tr -d ' \n')"
 origin="http://127.0.0.1:$port"
+
+# The test internet of the network suites: HTTP/HTTPS echo servers, DNS and a
+# SOCKS5 proxy in a network namespace the host routes to (nothing leaves the
+# machine). The server's egress proxy resolves through its DNS and trusts its
+# CA; the suites read where things are from CUBBY_TEST_INTERNET.
+internet_pid=""
+start_internet() {
+  local dir bin
+  dir="$(dirname "$server_log")"
+  bin="$dir/internet"
+  (cd "$repo" && go build -o "$bin" ./test/compat/internet)
+  export CUBBY_TEST_INTERNET="$dir/internet.json"
+  rm -f "$CUBBY_TEST_INTERNET"
+  "$bin" -dir "$dir" >"$CUBBY_TEST_INTERNET.tmp" &
+  internet_pid=$!
+  for _ in $(seq 1 100); do
+    if [[ -s "$CUBBY_TEST_INTERNET.tmp" ]]; then break; fi
+    kill -0 "$internet_pid" 2>/dev/null || { log "the test internet did not start"; return 1; }
+    sleep 0.1
+  done
+  mv "$CUBBY_TEST_INTERNET.tmp" "$CUBBY_TEST_INTERNET"
+  CUBBY_EGRESS_RESOLVER="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["dns"])' "$CUBBY_TEST_INTERNET")"
+  CUBBY_EGRESS_UPSTREAM_CA="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["caFile"])' "$CUBBY_TEST_INTERNET")"
+  export CUBBY_EGRESS_RESOLVER CUBBY_EGRESS_UPSTREAM_CA
+  log "test internet up (DNS $CUBBY_EGRESS_RESOLVER)"
+}
+stop_internet() {
+  [[ -n "$internet_pid" ]] || return 0
+  kill -TERM "$internet_pid" 2>/dev/null || true
+  wait "$internet_pid" 2>/dev/null || true
+  internet_pid=""
+}
+trap 'stop_server; stop_internet' EXIT
+start_internet
 
 # Install while the server starts: both take a while on a cold machine.
 log "starting cubby serve on $origin (data: $data_dir, log: $server_log)"

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"sync"
 
+	"github.com/cubby-dev/cubby/internal/agent/trust"
 	"github.com/cubby-dev/cubby/internal/agentapi"
 )
 
@@ -22,6 +23,7 @@ const (
 type Settings struct {
 	mu           sync.RWMutex
 	envVars      map[string]string
+	trustEnv     map[string]string // env that makes runtimes trust the egress CA (package trust)
 	user         string
 	workdir      string
 	accessToken  string
@@ -55,13 +57,24 @@ func (s *Settings) Apply(req agentapi.InitRequest) {
 	if req.TrafficAccessToken != "" {
 		s.trafficToken = req.TrafficAccessToken
 	}
+	s.trustEnv = nil
+	if req.EgressCA != "" {
+		s.trustEnv = trust.Env()
+	}
 }
 
-// EnvVars returns a copy of the sandbox-level environment variables.
+// EnvVars returns a copy of the sandbox-level environment variables: those of
+// /init, and the ones pointing runtimes at the egress CA when the sandbox has
+// one (an /init variable of the same name wins).
 func (s *Settings) EnvVars() map[string]string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return maps.Clone(s.envVars)
+	out := maps.Clone(s.trustEnv)
+	if out == nil {
+		return maps.Clone(s.envVars)
+	}
+	maps.Copy(out, s.envVars)
+	return out
 }
 
 // User is the default username.

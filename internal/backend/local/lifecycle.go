@@ -55,16 +55,15 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (inst b
 		return backend.Instance{}, fmt.Errorf("attach network: %w", err)
 	}
 	undo = append(undo, func() { _ = b.net.Detach(cleanupCtx, req.SandboxID) })
-	if req.NoInternet {
-		if err := b.net.SetInternetAccess(ctx, req.SandboxID, false); err != nil {
-			return backend.Instance{}, fmt.Errorf("block internet access: %w", err)
-		}
-	}
-
 	s := &sandbox{
 		ID: req.SandboxID, Addr: att.Addr, Runtime: rt.Name(), Lower: req.RootfsDir,
-		CPUCount: req.CPUCount, StartedAt: time.Now().UTC(), Init: req.Init, NoInternet: req.NoInternet,
+		CPUCount: req.CPUCount, StartedAt: time.Now().UTC(), Init: req.Init,
+		NoInternet: req.NoInternet || req.Egress.BlocksAll(), egress: req.Egress,
 	}
+	if err := b.applyEgress(ctx, s); err != nil {
+		return backend.Instance{}, fmt.Errorf("egress policy: %w", err)
+	}
+	undo = append(undo, func() { b.forgetEgress(cleanupCtx, req.SandboxID) })
 	if err := b.writeBundle(req, s, rootPath, att.NetnsPath); err != nil {
 		return backend.Instance{}, err
 	}
@@ -102,7 +101,7 @@ func (b *Backend) initAgent(ctx context.Context, s *sandbox, token string) error
 	if err := c.WaitHealthy(readyCtx, 3*time.Millisecond); err != nil {
 		return fmt.Errorf("wait for agent: %w", err)
 	}
-	init := s.Init
+	init := b.initFor(s)
 	init.Timestamp = time.Now().UTC()
 	if err := c.Init(readyCtx, init); err != nil {
 		return fmt.Errorf("init agent: %w", err)
@@ -141,10 +140,13 @@ func (b *Backend) Reinit(ctx context.Context, id string, init agentapi.InitReque
 	if init.Timestamp.IsZero() {
 		init.Timestamp = time.Now().UTC()
 	}
-	if err := b.agentClient(s, s.Init.AccessToken).Init(ctx, init); err != nil {
+	token := s.Init.AccessToken
+	prev := s.Init
+	s.Init = init
+	if err := b.agentClient(s, token).Init(ctx, b.initFor(s)); err != nil {
+		s.Init = prev
 		return fmt.Errorf("reinit agent of %s: %w", id, err)
 	}
-	s.Init = init
 	if err := b.saveState(s); err != nil {
 		return fmt.Errorf("reinit %s: %w", id, err)
 	}
@@ -262,6 +264,7 @@ func (b *Backend) destroy(ctx context.Context, id, rtName string) error {
 			errs = append(errs, fmt.Errorf("kill container: %w", err))
 		}
 	}
+	b.forgetEgress(ctx, id)
 	if err := b.net.Detach(ctx, id); err != nil {
 		errs = append(errs, fmt.Errorf("detach network: %w", err))
 	}

@@ -37,6 +37,7 @@ import (
 
 	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/backend"
+	"github.com/cubby-dev/cubby/internal/egress/policy"
 	"github.com/cubby-dev/cubby/internal/network"
 	"github.com/cubby-dev/cubby/internal/rootfs"
 	"github.com/cubby-dev/cubby/internal/runtime"
@@ -55,6 +56,10 @@ type Config struct {
 	PidsLimit int64
 	// ReadyTimeout bounds how long Create waits for the agent's /health; default 30 s.
 	ReadyTimeout time.Duration
+	// Egress is the egress proxy sandboxes with domain rules, header rules or
+	// an upstream proxy are steered to; nil = such policies are refused
+	// (ErrNotSupported), address rules still apply.
+	Egress EgressProxy
 }
 
 // Backend implements backend.Backend on this host.
@@ -69,6 +74,8 @@ type Backend struct {
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
 	closed    atomic.Bool // set by Close: exit watchers no longer act
+	egress    EgressProxy // nil without one
+	logMu     sync.Mutex  // serialises writes to decision logs
 }
 
 // sandbox is what the backend remembers about one instance; it is also persisted
@@ -88,9 +95,15 @@ type sandbox struct {
 	Init agentapi.InitRequest `json:"init"`
 	// NoInternet is re-applied when the sandbox's network has to be rebuilt.
 	NoInternet bool `json:"noInternet,omitempty"`
+	// egress is the sandbox's egress policy (not persisted: it holds
+	// credentials; the control plane sets it again after a restart).
+	egress    *policy.Policy
+	egressSet bool                          // rules of a non-zero policy may be in nftables and the proxy
+	egressNow atomic.Pointer[policy.Policy] // egress, for readers that must not wait for mu
 
 	mu      sync.Mutex // serialises lifecycle operations on this sandbox
 	out     *sandboxlog.Output
+	outNow  atomic.Pointer[sandboxlog.Output] // out, for writers of host records that must not wait for mu
 	lastCPU cpuReading
 	// gen counts intentional stops of the container; an exit watcher started in an
 	// earlier generation ignores the exit (guarded by mu).
@@ -118,7 +131,7 @@ func New(cfg Config, rts []runtime.Runtime, nm *network.Manager, rm *rootfs.Mana
 		return nil, fmt.Errorf("create sandboxes dir: %w", err)
 	}
 	b := &Backend{
-		cfg: cfg, log: log, net: nm, rootfs: rm,
+		cfg: cfg, log: log, net: nm, rootfs: rm, egress: cfg.Egress,
 		runtimes:  map[string]runtime.Runtime{},
 		defRT:     rts[0].Name(),
 		sandboxes: map[string]*sandbox{},

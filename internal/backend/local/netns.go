@@ -25,12 +25,10 @@ func (b *Backend) ensureNetwork(ctx context.Context, s *sandbox) error {
 	if err != nil {
 		return fmt.Errorf("rebuild network: %w", err)
 	}
-	if s.NoInternet {
-		if err := b.net.SetInternetAccess(ctx, s.ID, false); err != nil {
-			return fmt.Errorf("block internet access: %w", err)
-		}
-	}
 	s.Addr = att.Addr
+	if err := b.applyEgress(ctx, s); err != nil {
+		return fmt.Errorf("egress policy: %w", err)
+	}
 	if _, err := writeEtcFiles(b.sandboxDir(s.ID), s.ID, s.Addr.String()); err != nil {
 		return err
 	}

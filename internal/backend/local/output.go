@@ -22,6 +22,7 @@ func (b *Backend) openOutput(s *sandbox) error {
 		return fmt.Errorf("sandbox output: %w", err)
 	}
 	s.out = out
+	s.outNow.Store(out)
 	return nil
 }
 
@@ -35,6 +36,7 @@ func (b *Backend) closeOutput(s *sandbox) {
 		b.log.Warn("close sandbox output", "sandbox", s.ID, "err", err)
 	}
 	s.out = nil
+	s.outNow.Store(nil)
 }
 
 // startContainer starts s's container from its bundle with its stdout and
