@@ -37,7 +37,7 @@ type fakeBackend struct {
 	nextIP    int
 	logLines  []backend.LogLine // returned by Logs for every sandbox
 	reinits   map[string][]agentapi.InitRequest
-	killCtx   []error // ctx.Err() seen by each Kill
+	killCtx   []error                   // ctx.Err() seen by each Kill
 	egress    map[string]*policy.Policy // last SetEgress per sandbox
 }
 

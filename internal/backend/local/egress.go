@@ -2,9 +2,9 @@ package local
 
 import (
 	"context"
-	"log/slog"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"time"
 
