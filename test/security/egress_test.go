@@ -270,6 +270,40 @@ func TestEgressProxyCrashFailsClosed(t *testing.T) {
 	refusedFast(t, "denied.test after recovery", curl(t, sbx, "https://denied.test/"))
 }
 
+// TestEgressSurvivesServerRestart: a server killed with SIGKILL takes its
+// egress proxy with it (steered traffic is refused meanwhile); the restarted
+// server adopts the sandbox with its whole policy: the allowlist, a header
+// rule whose secret it unseals again, nothing more.
+func TestEgressSurvivesServerRestart(t *testing.T) {
+	e := startEgress(t)
+	const value = "sk-restart-8b1f0c2d"
+	if _, err := sdk.CreateSecret(context.Background(), e.conn(""), "restart", value, nil); err != nil {
+		t.Fatal(err)
+	}
+	sbx := e.sandbox(t, &sdk.NetworkOptions{NetworkUpdate: sdk.NetworkUpdate{
+		AllowOut: []string{"allowed.test", "echo.test"}, DenyOut: []string{sdk.AllTraffic},
+		Rules: map[string][]sdk.NetworkRule{"echo.test": {{Headers: map[string]string{"X-Key": sdk.SecretPlaceholder("restart")}}}}}})
+	old := egressPID(t, e)
+	e.Kill9()
+	if err := e.Restart(); err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	if egressPID(t, e) == old {
+		t.Fatal("the old egress proxy outlived its server")
+	}
+	if r := curl(t, sbx, "https://allowed.test/"); r.Status != "200" {
+		t.Fatalf("allowed.test after the restart: %+v", r)
+	}
+	refusedFast(t, "denied.test after the restart", curl(t, sbx, "https://denied.test/"))
+	if r := run(t, sbx, "root", "curl -sS -m 10 https://echo.test/"); r.Code != 0 || strings.Contains(r.Out, value) {
+		t.Fatalf("echo.test after the restart: %+v", r)
+	}
+	seen := e.inet.Echo.Seen("echo.test")
+	if len(seen) == 0 || seen[len(seen)-1].Get("X-Key") != value {
+		t.Fatalf("the rule's secret after the restart: %v", seen)
+	}
+}
+
 // TestEgressBadInput: a wrong pattern, CIDR or rule is a 400 naming the
 // field, a rule naming a secret that does not exist is a 400 (never an empty
 // header), and a valid config is taken.
