@@ -159,6 +159,7 @@ func (s *Proxy) Serve(_ int, _ *struct{}) error {
 // rpcSecrets asks the server for secret values.
 type rpcSecrets struct{ c *rpc.Client }
 
+// SecretValue implements proxy.Secrets through the server's Host.Secret.
 func (r rpcSecrets) SecretValue(ctx context.Context, sandbox, name string) (string, error) {
 	var v string
 	call := r.c.Go("Host.Secret", SecretArgs{Sandbox: sandbox, Name: name}, &v, make(chan *rpc.Call, 1))
@@ -245,6 +246,7 @@ func newNetnsDialer(path string) (*netnsDialer, error) {
 	return &netnsDialer{ns: ns, host: host}, nil
 }
 
+// DialContext implements proxy.Dialer: the socket is made in the egress netns.
 func (n *netnsDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
 	type result struct {
 		c   net.Conn

@@ -77,6 +77,7 @@ func hostResolvers() ([]netip.AddrPort, error) {
 // plane, which is built after the supervisor (set before it starts).
 type secretSource struct{ cp *controlplane.Service }
 
+// SandboxSecret implements egress.SecretSource.
 func (s *secretSource) SandboxSecret(ctx context.Context, sandbox, name string) (string, error) {
 	return s.cp.SandboxSecret(ctx, sandbox, name)
 }
@@ -107,4 +108,17 @@ func egressSink(tel *telemetry.Metrics, b *local.Backend) func(proxy.Event) {
 		tel.EgressDecision(e.Kind, e.Allow)
 		b.EgressEvent(e)
 	}
+}
+
+// startEgress starts the egress proxy and the reader of nftables' egress
+// decisions. It runs before the control plane recovers sandboxes, whose
+// policies need the proxy's ports.
+func startEgress(ctx context.Context, sup *egress.Supervisor, b *local.Backend, tel *telemetry.Metrics, log *slog.Logger) error {
+	if err := sup.Start(ctx); err != nil {
+		return fmt.Errorf("egress proxy: %w", err)
+	}
+	if err := b.WatchKernelDecisions(ctx, egressSink(tel, b)); err != nil {
+		log.Warn("egress decisions taken by nftables are not logged", "err", err)
+	}
+	return nil
 }

@@ -331,8 +331,8 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 		return nil, fmt.Errorf("control plane: %w", err)
 	}
 	a.control, secrets.cp = cp, cp
-	if err := sup.Start(ctx); err != nil {
-		return nil, fmt.Errorf("egress proxy: %w", err)
+	if err := startEgress(ctx, sup, b, a.metrics, log); err != nil {
+		return nil, err
 	}
 	if err := a.metrics.WatchStates(cp); err != nil {
 		return nil, err
@@ -344,9 +344,6 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 	a.gateway = gwRef
 	if err := cp.Start(ctx); err != nil {
 		return nil, fmt.Errorf("start control plane: %w", err)
-	}
-	if err := b.WatchKernelDecisions(ctx, egressSink(a.metrics, b)); err != nil {
-		log.Warn("egress decisions taken by nftables are not logged", "err", err)
 	}
 	if err := firstKey(ctx, cfg, cp, log); err != nil {
 		return nil, err

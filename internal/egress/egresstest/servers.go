@@ -94,6 +94,7 @@ func (e *Echo) Seen(host string) []http.Header {
 	return append([]http.Header(nil), e.seen[host]...)
 }
 
+// ServeHTTP implements http.Handler (see Echo).
 func (e *Echo) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	e.mu.Lock()
 	if e.seen == nil {

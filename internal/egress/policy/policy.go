@@ -241,6 +241,7 @@ func (p Pattern) Match(name string) bool {
 // wildcard reports whether p is a "*." pattern.
 func (p Pattern) wildcard() bool { return strings.HasPrefix(string(p), "*.") }
 
+// String returns the pattern as written (lower case).
 func (p Pattern) String() string { return string(p) }
 
 // FieldError is a validation error naming the wire field at fault
@@ -250,6 +251,7 @@ type FieldError struct {
 	Msg   string
 }
 
+// Error returns "<field>: <message>".
 func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
 
 func fieldErr(field, format string, args ...any) error {

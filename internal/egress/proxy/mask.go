@@ -41,6 +41,7 @@ type maskReader struct {
 	eof    bool
 }
 
+// Read returns masked bytes; see maskReader.
 func (m *maskReader) Read(p []byte) (int, error) {
 	for len(m.out) == 0 {
 		if m.eof {
@@ -80,4 +81,5 @@ func (m *maskReader) flush() {
 	m.buf = append([]byte(nil), m.buf[cut:]...)
 }
 
+// Close closes the wrapped body.
 func (m *maskReader) Close() error { return m.r.Close() }

@@ -192,6 +192,7 @@ func socks(up *policy.Upstream, forward Dialer) (Dialer, error) {
 // forwardDialer adapts a Dialer to x/net/proxy's Dialer and ContextDialer.
 type forwardDialer struct{ Dialer }
 
+// Dial dials without a deadline of its own (x/net/proxy's Dialer).
 func (f forwardDialer) Dial(network, address string) (net.Conn, error) {
 	return f.DialContext(context.Background(), network, address)
 }
@@ -310,6 +311,7 @@ type bufferedConn struct {
 	r io.Reader
 }
 
+// Read reads what was buffered, then the connection.
 func (b *bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }
 
 // NetConn returns the wrapped connection.

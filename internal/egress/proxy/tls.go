@@ -86,12 +86,14 @@ type recordingConn struct {
 	buf bytes.Buffer
 }
 
+// Read reads from the connection and records what it got.
 func (r *recordingConn) Read(p []byte) (int, error) {
 	n, err := r.Conn.Read(p)
 	r.buf.Write(p[:n])
 	return n, err
 }
 
+// Write discards p (the handshake is never answered).
 func (r *recordingConn) Write(p []byte) (int, error) { return len(p), nil }
 
 // terminate completes the client's handshake with a certificate for name from
