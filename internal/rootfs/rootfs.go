@@ -2,13 +2,24 @@
 // lower layer is the template tree and whose writable upper layer lives in a
 // per-sandbox, size-limited ext4 image file attached through a loop device.
 //
-// Layout of a sandbox directory dir:
+// Layout of a sandbox (see Disk):
 //
-//	dir/disk.img     sparse ext4 image (the sandbox's disk, DiskBytes large)
-//	dir/layer/       the image mounted (ext4 on /dev/loopN)
-//	dir/layer/upper  overlay upperdir: every write of the sandbox
-//	dir/layer/work   overlay workdir
-//	dir/rootfs/      the overlay mount: the sandbox's root filesystem
+//	Dir/disk.img     sparse ext4 image (the sandbox's disk, DiskBytes large)
+//	Dir/layer/       the image mounted (ext4 on /dev/loopN; nosuid, nodev, noatime)
+//	Dir/layer/upper  overlay upperdir: every write of the sandbox
+//	Dir/layer/work   overlay workdir
+//	Rootfs           the overlay mount (nodev): the sandbox's root filesystem
+//
+// Everything the sandbox writes is on the host in the layer, mounted nosuid and
+// nodev: a setuid binary or a device node it creates there is inert for host
+// processes. The overlay keeps setuid (sudo works inside) but not devices.
+//
+// With a user namespace (Disk.Userns) both layers enter the overlay through
+// idmapped mounts (mount_setattr(2) MOUNT_ATTR_IDMAP) of that namespace: the
+// shared template tree, owned by host ids 0..65535, shows as owned by the
+// sandbox's mapped ids without being copied or chowned, and what the sandbox
+// writes is stored on its disk with the ids it has inside (root's files as 0),
+// so a disk stays valid under any range.
 package rootfs
 
 import (
@@ -26,6 +37,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cubby-dev/cubby/internal/rootfs/mountinfo"
+	"github.com/cubby-dev/cubby/internal/userns"
 )
 
 // Names of the entries Prepare creates inside a sandbox directory.
@@ -43,6 +55,49 @@ const MinDiskBytes = 16 << 20
 
 // detachWait bounds how long Unmount waits for the kernel to free the loop device.
 const detachWait = 2 * time.Second
+
+// Disk says where one sandbox's root filesystem lives and how its ids map.
+type Disk struct {
+	// Dir is the sandbox's private directory: the disk image and the layer mount.
+	Dir string
+	// Rootfs is the overlay mount point, "" = Dir/rootfs. With a user namespace
+	// the namespace's root (host uid IDs.HostID) must be able to reach it, as
+	// the OCI runtime's init runs as that uid (its parent directories need
+	// search permission for it).
+	Rootfs string
+	// Userns is the nsfs file of the sandbox's user namespace (a bind mount
+	// made by userns.Creator.Create); "" = ids are not mapped.
+	Userns string
+	// IDs is that namespace's mapping: the overlay is mounted with filesystem
+	// uid and gid IDs.HostID (root inside), which overlayfs uses for its own
+	// files in the idmapped upper layer. Ignored without Userns.
+	IDs userns.Range
+}
+
+// rootfs returns the overlay mount point.
+func (d Disk) rootfs() string {
+	if d.Rootfs == "" {
+		return filepath.Join(d.Dir, RootfsName)
+	}
+	return d.Rootfs
+}
+
+// canonical returns d with Dir and Rootfs absolute and symlink-free.
+func (d Disk) canonical() (Disk, error) {
+	dir, err := canonical(d.Dir)
+	if err != nil {
+		return d, err
+	}
+	root, err := canonical(d.rootfs())
+	if err != nil {
+		return d, err
+	}
+	if d.Userns != "" && d.IDs.IsZero() {
+		return d, fmt.Errorf("user namespace %s without an id range", d.Userns)
+	}
+	d.Dir, d.Rootfs = dir, root
+	return d, nil
+}
 
 // Manager prepares and releases sandbox root filesystems. It keeps one formatted
 // empty image per disk size in its cache directory. Safe for concurrent use on
@@ -64,123 +119,133 @@ func New(cacheDir string, log *slog.Logger) *Manager {
 	return &Manager{cacheDir: cacheDir, log: log, mkfs: "mkfs.ext4", fsck: "e2fsck"}
 }
 
-// Prepare creates dir (if needed) with a new diskBytes-sized image and mounts the
-// sandbox root filesystem over the read-only tree lowerDir. It returns the absolute
-// rootfs path (dir/rootfs). It fails if dir already holds an image. On error
-// nothing is left mounted or attached and the files it created are removed.
-func (m *Manager) Prepare(ctx context.Context, dir, lowerDir string, diskBytes int64) (string, error) {
+// Prepare creates d.Dir (if needed, mode 0700) with a new diskBytes-sized image
+// and mounts the sandbox root filesystem over the read-only tree lowerDir at
+// d.Rootfs (created if needed; its parent must exist). It returns the absolute
+// rootfs path. It fails if d.Dir already holds an image. On error nothing is
+// left mounted or attached and the files it created are removed.
+func (m *Manager) Prepare(ctx context.Context, d Disk, lowerDir string, diskBytes int64) (string, error) {
 	size := (diskBytes + 1<<20 - 1) &^ (1<<20 - 1)
 	if size < MinDiskBytes {
-		return "", fmt.Errorf("prepare rootfs %s: disk size %d below minimum %d", dir, diskBytes, MinDiskBytes)
+		return "", fmt.Errorf("prepare rootfs %s: disk size %d below minimum %d", d.Dir, diskBytes, MinDiskBytes)
 	}
 	if err := checkLower(lowerDir); err != nil {
-		return "", fmt.Errorf("prepare rootfs %s: %w", dir, err)
+		return "", fmt.Errorf("prepare rootfs %s: %w", d.Dir, err)
 	}
-	_, statErr := os.Stat(dir)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	_, statErr := os.Stat(d.Dir)
+	if err := os.MkdirAll(d.Dir, 0o700); err != nil {
 		return "", fmt.Errorf("prepare rootfs: %w", err)
 	}
-	cdir, err := canonical(dir)
+	cd, err := d.canonical()
 	if err == nil {
-		err = m.prepare(ctx, cdir, lowerDir, size)
+		err = m.prepare(ctx, cd, lowerDir, size)
 	}
 	if err != nil {
 		if statErr != nil {
-			os.Remove(dir)
+			os.Remove(d.Dir)
 		}
-		return "", fmt.Errorf("prepare rootfs %s: %w", dir, err)
+		return "", fmt.Errorf("prepare rootfs %s: %w", d.Dir, err)
 	}
-	return filepath.Join(cdir, RootfsName), nil
+	return cd.Rootfs, nil
 }
 
-// prepare copies a formatted image into dir and mounts it; on error it removes
-// what it created inside dir.
-func (m *Manager) prepare(ctx context.Context, dir, lowerDir string, size int64) error {
+// prepare copies a formatted image into d.Dir and mounts it; on error it removes
+// what it created.
+func (m *Manager) prepare(ctx context.Context, d Disk, lowerDir string, size int64) error {
 	cached, err := m.cachedImage(ctx, size)
 	if err != nil {
 		return err
 	}
-	if err := sparseCopy(cached, filepath.Join(dir, ImageName)); err != nil {
+	if err := sparseCopy(cached, filepath.Join(d.Dir, ImageName)); err != nil {
 		return err
 	}
-	if _, err := m.mount(dir, lowerDir); err != nil {
-		for _, name := range []string{ImageName, LayerName, RootfsName} {
-			os.Remove(filepath.Join(dir, name))
+	if err := m.mount(d, lowerDir); err != nil {
+		for _, p := range []string{filepath.Join(d.Dir, ImageName), filepath.Join(d.Dir, LayerName), d.Rootfs} {
+			os.Remove(p)
 		}
 		return err
 	}
 	return nil
 }
 
-// Remount re-adopts a sandbox directory whose image survived (after a server restart
-// or a host reboot): if the overlay is still mounted it returns its path; otherwise it
+// Remount re-adopts a sandbox whose image survived (after a server restart or a
+// host reboot): if the overlay is still mounted it returns its path; otherwise it
 // clears partial mounts, checks the image with `e2fsck -p` and mounts it again over
-// lowerDir. Files the sandbox wrote before are visible again. Errors wrap
-// fs.ErrNotExist when dir holds no image.
-func (m *Manager) Remount(ctx context.Context, dir, lowerDir string) (string, error) {
+// lowerDir (idmapped through d.Userns, which may be a new namespace with another
+// range: the disk holds the ids of the inside). Files the sandbox wrote before are
+// visible again. Errors wrap fs.ErrNotExist when d.Dir holds no image.
+func (m *Manager) Remount(ctx context.Context, d Disk, lowerDir string) (string, error) {
 	if err := checkLower(lowerDir); err != nil {
-		return "", fmt.Errorf("remount rootfs %s: %w", dir, err)
+		return "", fmt.Errorf("remount rootfs %s: %w", d.Dir, err)
 	}
-	dir, err := canonical(dir)
+	d, err := d.canonical()
 	if err != nil {
 		return "", fmt.Errorf("remount rootfs: %w", err)
 	}
-	img := filepath.Join(dir, ImageName)
+	img := filepath.Join(d.Dir, ImageName)
 	if _, err := os.Stat(img); err != nil {
-		return "", fmt.Errorf("remount rootfs %s: %w", dir, err)
+		return "", fmt.Errorf("remount rootfs %s: %w", d.Dir, err)
 	}
-	if m.Mounted(dir) {
-		return filepath.Join(dir, RootfsName), nil
+	if m.Mounted(d) {
+		return d.Rootfs, nil
 	}
-	if err := m.Unmount(ctx, dir); err != nil {
-		return "", fmt.Errorf("remount rootfs %s: %w", dir, err)
+	if err := m.Unmount(ctx, d); err != nil {
+		return "", fmt.Errorf("remount rootfs %s: %w", d.Dir, err)
 	}
 	if out, err := exec.CommandContext(ctx, m.fsck, "-p", img).CombinedOutput(); err != nil {
 		var exit *exec.ExitError // exit status 1 = errors corrected
 		if !errors.As(err, &exit) || exit.ExitCode() >= 4 {
-			return "", fmt.Errorf("remount rootfs %s: e2fsck: %s: %w", dir, out, err)
+			return "", fmt.Errorf("remount rootfs %s: e2fsck: %s: %w", d.Dir, out, err)
 		}
 	}
-	rootfs, err := m.mount(dir, lowerDir)
-	if err != nil {
-		return "", fmt.Errorf("remount rootfs %s: %w", dir, err)
+	if err := m.mount(d, lowerDir); err != nil {
+		return "", fmt.Errorf("remount rootfs %s: %w", d.Dir, err)
 	}
-	return rootfs, nil
+	return d.Rootfs, nil
 }
 
-// mount attaches dir/disk.img, mounts it on dir/layer and the overlay on dir/rootfs.
-// On error it undoes what it did.
-func (m *Manager) mount(dir, lowerDir string) (string, error) {
-	if strings.ContainsAny(dir, ",:\\") {
-		return "", fmt.Errorf("sandbox dir %q contains ',', ':' or '\\'", dir)
+// mount attaches Dir/disk.img, mounts it on Dir/layer (nosuid, nodev) and the
+// overlay on Rootfs. On error it undoes what it did.
+func (m *Manager) mount(d Disk, lowerDir string) error {
+	if strings.ContainsAny(d.Dir, ",:\\") {
+		return fmt.Errorf("sandbox dir %q contains ',', ':' or '\\'", d.Dir)
 	}
-	layer, rootfs := filepath.Join(dir, LayerName), filepath.Join(dir, RootfsName)
-	for _, d := range []string{layer, rootfs} {
-		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-			return "", err
+	layer := filepath.Join(d.Dir, LayerName)
+	for _, p := range []string{layer, d.Rootfs} {
+		if err := os.Mkdir(p, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
 		}
 	}
-	dev, err := attachLoop(filepath.Join(dir, ImageName))
+	dev, err := attachLoop(filepath.Join(d.Dir, ImageName))
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer dev.Close() // autoclear: the loop device now lives as long as the mount
-	if err := unix.Mount(dev.Name(), layer, "ext4", unix.MS_NOATIME, ""); err != nil {
-		return "", fmt.Errorf("mount %s on %s: %w", dev.Name(), layer, err)
+	if err := unix.Mount(dev.Name(), layer, "ext4", layerFlags, ""); err != nil {
+		return fmt.Errorf("mount %s on %s: %w", dev.Name(), layer, err)
 	}
-	if err := overlay(lowerDir, layer, rootfs); err != nil {
+	if err := overlay(d, lowerDir, layer); err != nil {
 		if uerr := unmountAll(layer); uerr != nil {
-			m.log.Warn("undo layer mount", "dir", dir, "err", uerr)
+			m.log.Warn("undo layer mount", "dir", d.Dir, "err", uerr)
 		}
-		return "", err
+		return err
 	}
-	m.log.Debug("mounted rootfs", "dir", dir, "loop", dev.Name(), "lower", lowerDir)
-	return rootfs, nil
+	m.log.Debug("mounted rootfs", "dir", d.Dir, "rootfs", d.Rootfs, "loop", dev.Name(), "lower", lowerDir, "userns", d.Userns)
+	return nil
 }
 
+// Mount flags of the host-side mounts: the layer holds whatever the sandbox
+// wrote, so nothing in it may act as a device or a setuid program on the host;
+// the overlay (the sandbox's "/") keeps setuid for the sandbox's own sudo.
+const (
+	layerFlags   = unix.MS_NOATIME | unix.MS_NOSUID | unix.MS_NODEV
+	overlayFlags = unix.MS_NODEV
+)
+
 // overlay creates upper and work in layer (upper takes the owner and mode of the
-// lower root, so the merged "/" looks like the template's) and mounts the overlay.
-func overlay(lowerDir, layer, rootfs string) error {
+// lower root, so the merged "/" looks like the template's) and mounts the overlay
+// on d.Rootfs, through idmapped layers when d has a user namespace.
+func overlay(d Disk, lowerDir, layer string) error {
 	upper, work := filepath.Join(layer, upperName), filepath.Join(layer, workName)
 	var st unix.Stat_t
 	if err := unix.Stat(lowerDir, &st); err != nil {
@@ -199,34 +264,37 @@ func overlay(lowerDir, layer, rootfs string) error {
 	if err := os.Mkdir(work, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
 	}
+	if d.Userns != "" {
+		return idmappedOverlay(d, lowerDir, layer)
+	}
 	opts := "lowerdir=" + lowerDir + ",upperdir=" + upper + ",workdir=" + work
-	if err := unix.Mount("overlay", rootfs, "overlay", 0, opts); err != nil {
-		return fmt.Errorf("mount overlay on %s: %w", rootfs, err)
+	if err := unix.Mount("overlay", d.Rootfs, "overlay", overlayFlags, opts); err != nil {
+		return fmt.Errorf("mount overlay on %s: %w", d.Rootfs, err)
 	}
 	return nil
 }
 
-// Unmount unmounts dir's overlay and image and detaches its loop device, keeping
-// dir/disk.img so that Remount can mount it again. It waits (up to 2 s) for the
-// kernel to free the loop device. Unknown or already unmounted dirs return nil.
-func (m *Manager) Unmount(ctx context.Context, dir string) error {
-	dir, err := canonical(dir)
+// Unmount unmounts d's overlay and image and detaches its loop device, keeping
+// Dir/disk.img so that Remount can mount it again. It waits (up to 2 s) for the
+// kernel to free the loop device. Unknown or already unmounted disks return nil.
+func (m *Manager) Unmount(ctx context.Context, d Disk) error {
+	d, err := d.canonical()
 	if err != nil {
 		return fmt.Errorf("unmount rootfs: %w", err)
 	}
-	for _, p := range []string{filepath.Join(dir, RootfsName), filepath.Join(dir, LayerName)} {
+	for _, p := range []string{d.Rootfs, filepath.Join(d.Dir, LayerName)} {
 		if err := unmountAll(p); err != nil {
-			return fmt.Errorf("unmount rootfs %s: %w", dir, err)
+			return fmt.Errorf("unmount rootfs %s: %w", d.Dir, err)
 		}
 	}
-	img := filepath.Join(dir, ImageName)
+	img := filepath.Join(d.Dir, ImageName)
 	devs, err := loopsBackedBy(img)
 	if err != nil {
-		return fmt.Errorf("unmount rootfs %s: %w", dir, err)
+		return fmt.Errorf("unmount rootfs %s: %w", d.Dir, err)
 	}
-	for _, d := range devs {
-		if err := detachLoop(d); err != nil {
-			return fmt.Errorf("unmount rootfs %s: %w", dir, err)
+	for _, dev := range devs {
+		if err := detachLoop(dev); err != nil {
+			return fmt.Errorf("unmount rootfs %s: %w", d.Dir, err)
 		}
 	}
 	if len(devs) > 0 {
@@ -256,33 +324,39 @@ func (m *Manager) waitDetached(ctx context.Context, img string) error {
 	}
 }
 
-// Release unmounts dir's root filesystem, detaches its loop device and removes dir
-// with the image. It works from what is on disk and in /proc/self/mountinfo, so it
-// can clean up after a server restart. A missing dir returns nil. It refuses to
-// remove dir while anything below it is still mounted.
-func (m *Manager) Release(ctx context.Context, dir string) error {
-	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+// Release unmounts d's root filesystem, detaches its loop device and removes
+// d.Dir with the image, and the d.Rootfs mount point. It works from what is on
+// disk and in /proc/self/mountinfo, so it can clean up after a server restart. A
+// missing Dir returns nil. It refuses to remove Dir while anything below it is
+// still mounted.
+func (m *Manager) Release(ctx context.Context, d Disk) error {
+	if _, err := os.Lstat(d.Dir); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	if err := m.Unmount(ctx, dir); err != nil {
+	if err := m.Unmount(ctx, d); err != nil {
 		return fmt.Errorf("release rootfs: %w", err)
 	}
-	dir, err := canonical(dir)
+	d, err := d.canonical()
 	if err != nil {
 		return fmt.Errorf("release rootfs: %w", err)
 	}
-	if p, err := mountedBelow(dir); err != nil || p != "" {
-		return fmt.Errorf("release rootfs %s: still mounted at %q: %v", dir, p, err)
+	for _, p := range []string{d.Dir, d.Rootfs} {
+		if at, err := mountedBelow(p); err != nil || at != "" {
+			return fmt.Errorf("release rootfs %s: still mounted at %q: %v", d.Dir, at, err)
+		}
 	}
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("release rootfs %s: %w", dir, err)
+	if err := os.Remove(d.Rootfs); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("release rootfs %s: %w", d.Dir, err)
+	}
+	if err := os.RemoveAll(d.Dir); err != nil {
+		return fmt.Errorf("release rootfs %s: %w", d.Dir, err)
 	}
 	return nil
 }
 
-// Mounted reports whether dir's overlay root filesystem is mounted.
-func (m *Manager) Mounted(dir string) bool {
-	dir, err := canonical(dir)
+// Mounted reports whether d's overlay root filesystem is mounted.
+func (m *Manager) Mounted(d Disk) bool {
+	d, err := d.canonical()
 	if err != nil {
 		return false
 	}
@@ -290,9 +364,8 @@ func (m *Manager) Mounted(dir string) bool {
 	if err != nil {
 		return false
 	}
-	target := filepath.Join(dir, RootfsName)
 	for _, mt := range mounts {
-		if mt.Point == target && mt.FSType == "overlay" {
+		if mt.Point == d.Rootfs && mt.FSType == "overlay" {
 			return true
 		}
 	}

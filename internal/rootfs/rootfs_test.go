@@ -53,7 +53,7 @@ func fixture(tb testing.TB) (*Manager, string, string) {
 	m := New(filepath.Join(base, "cache"), nil)
 	dir := filepath.Join(base, "sbx-"+suffix(tb))
 	tb.Cleanup(func() {
-		if err := m.Release(context.Background(), dir); err != nil {
+		if err := m.Release(context.Background(), Disk{Dir: dir}); err != nil {
 			tb.Errorf("cleanup release: %v", err)
 		}
 	})
@@ -77,12 +77,12 @@ func assertGone(t *testing.T, dir string) {
 func TestPrepareWriteRemountRelease(t *testing.T) {
 	ctx := context.Background()
 	m, lower, dir := fixture(t)
-	rootfs, err := m.Prepare(ctx, dir, lower, 32<<20)
+	rootfs, err := m.Prepare(ctx, Disk{Dir: dir}, lower, 32<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rootfs != filepath.Join(dir, RootfsName) || !m.Mounted(dir) {
-		t.Fatalf("rootfs %q mounted=%v", rootfs, m.Mounted(dir))
+	if rootfs != filepath.Join(dir, RootfsName) || !m.Mounted(Disk{Dir: dir}) {
+		t.Fatalf("rootfs %q mounted=%v", rootfs, m.Mounted(Disk{Dir: dir}))
 	}
 	if _, err := os.Stat(filepath.Join(rootfs, "bin", "sh")); err != nil {
 		t.Fatalf("template not visible: %v", err)
@@ -107,10 +107,10 @@ func TestPrepareWriteRemountRelease(t *testing.T) {
 		t.Errorf("Usage = %d, %d, %v", used, total, err)
 	}
 
-	if err := m.Unmount(ctx, dir); err != nil {
+	if err := m.Unmount(ctx, Disk{Dir: dir}); err != nil {
 		t.Fatal(err)
 	}
-	if m.Mounted(dir) {
+	if m.Mounted(Disk{Dir: dir}) {
 		t.Fatal("still mounted after Unmount")
 	}
 	if devs, _ := loopsBackedBy(filepath.Join(dir, ImageName)); len(devs) > 0 {
@@ -119,7 +119,7 @@ func TestPrepareWriteRemountRelease(t *testing.T) {
 	if _, _, err := Usage(dir); err == nil {
 		t.Error("Usage of an unmounted dir succeeded")
 	}
-	if _, err := m.Remount(ctx, dir, lower); err != nil {
+	if _, err := m.Remount(ctx, Disk{Dir: dir}, lower); err != nil {
 		t.Fatal(err)
 	}
 	if b, err := os.ReadFile(filepath.Join(rootfs, "hello")); err != nil || string(b) != "kept" {
@@ -128,22 +128,22 @@ func TestPrepareWriteRemountRelease(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(rootfs, "bin", "ls")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("whiteout lost after remount: %v", err)
 	}
-	if p, err := m.Remount(ctx, dir, lower); err != nil || p != rootfs {
+	if p, err := m.Remount(ctx, Disk{Dir: dir}, lower); err != nil || p != rootfs {
 		t.Errorf("remount of a mounted dir = %q, %v", p, err)
 	}
 
-	if err := m.Release(ctx, dir); err != nil {
+	if err := m.Release(ctx, Disk{Dir: dir}); err != nil {
 		t.Fatal(err)
 	}
 	assertGone(t, dir)
-	if err := m.Release(ctx, dir); err != nil {
+	if err := m.Release(ctx, Disk{Dir: dir}); err != nil {
 		t.Errorf("second Release: %v", err)
 	}
 }
 
 func TestDiskFullIsContained(t *testing.T) {
 	m, lower, dir := fixture(t)
-	rootfs, err := m.Prepare(context.Background(), dir, lower, 16<<20)
+	rootfs, err := m.Prepare(context.Background(), Disk{Dir: dir}, lower, 16<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func TestDiskFullIsContained(t *testing.T) {
 func TestPrepareFailureLeavesNothing(t *testing.T) {
 	ctx := context.Background()
 	m, _, dir := fixture(t)
-	if _, err := m.Prepare(ctx, dir, "/nonexistent-"+suffix(t), 16<<20); err == nil {
+	if _, err := m.Prepare(ctx, Disk{Dir: dir}, "/nonexistent-"+suffix(t), 16<<20); err == nil {
 		t.Fatal("Prepare with a missing lower dir succeeded")
 	}
 	assertGone(t, dir)
@@ -181,7 +181,7 @@ func TestPrepareFailureLeavesNothing(t *testing.T) {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Prepare(ctx, dir, "/proc", 16<<20); err == nil || !strings.Contains(err.Error(), "mount overlay") {
+	if _, err := m.Prepare(ctx, Disk{Dir: dir}, "/proc", 16<<20); err == nil || !strings.Contains(err.Error(), "mount overlay") {
 		t.Fatalf("Prepare over /proc: %v, want an overlay mount error", err)
 	}
 	assertEmpty(t, dir)
@@ -190,11 +190,11 @@ func TestPrepareFailureLeavesNothing(t *testing.T) {
 	if err := os.WriteFile(bad, make([]byte, 20<<20), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Prepare(ctx, dir, t.TempDir(), 20<<20); err == nil || !strings.Contains(err.Error(), "/dev/loop") {
+	if _, err := m.Prepare(ctx, Disk{Dir: dir}, t.TempDir(), 20<<20); err == nil || !strings.Contains(err.Error(), "/dev/loop") {
 		t.Fatalf("Prepare from a corrupt image: %v, want a layer mount error", err)
 	}
 	assertEmpty(t, dir)
-	if _, err := m.Prepare(ctx, dir, t.TempDir(), 1<<20); err == nil {
+	if _, err := m.Prepare(ctx, Disk{Dir: dir}, t.TempDir(), 1<<20); err == nil {
 		t.Error("Prepare below the minimum size succeeded")
 	}
 }
@@ -220,8 +220,8 @@ func TestConcurrentPrepare(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make([]error, len(dirs))
 	for i, d := range dirs {
-		t.Cleanup(func() { _ = m.Release(ctx, d) })
-		wg.Go(func() { _, errs[i] = m.Prepare(ctx, d, lower, 24<<20) })
+		t.Cleanup(func() { _ = m.Release(ctx, Disk{Dir: d}) })
+		wg.Go(func() { _, errs[i] = m.Prepare(ctx, Disk{Dir: d}, lower, 24<<20) })
 	}
 	wg.Wait()
 	devs := map[string]bool{}
@@ -238,7 +238,7 @@ func TestConcurrentPrepare(t *testing.T) {
 		}
 	}
 	for _, d := range dirs {
-		if err := m.Release(ctx, d); err != nil {
+		if err := m.Release(ctx, Disk{Dir: d}); err != nil {
 			t.Error(err)
 		}
 		assertGone(t, d)
@@ -248,15 +248,15 @@ func TestConcurrentPrepare(t *testing.T) {
 func TestReleaseAfterRestart(t *testing.T) {
 	ctx := context.Background()
 	m, lower, dir := fixture(t)
-	if _, err := m.Prepare(ctx, dir, lower, 16<<20); err != nil {
+	if _, err := m.Prepare(ctx, Disk{Dir: dir}, lower, 16<<20); err != nil {
 		t.Fatal(err)
 	}
 	// A new manager (as after a server restart) knows only what is on disk.
 	m2 := New(t.TempDir(), nil)
-	if !m2.Mounted(dir) {
+	if !m2.Mounted(Disk{Dir: dir}) {
 		t.Fatal("new manager does not see the mount")
 	}
-	if err := m2.Release(ctx, dir); err != nil {
+	if err := m2.Release(ctx, Disk{Dir: dir}); err != nil {
 		t.Fatal(err)
 	}
 	assertGone(t, dir)
@@ -289,7 +289,7 @@ func TestSparseCopyKeepsHoles(t *testing.T) {
 
 func TestMountinfoSeesOverlay(t *testing.T) {
 	m, lower, dir := fixture(t)
-	if _, err := m.Prepare(context.Background(), dir, lower, 16<<20); err != nil {
+	if _, err := m.Prepare(context.Background(), Disk{Dir: dir}, lower, 16<<20); err != nil {
 		t.Fatal(err)
 	}
 	mounts, err := mountinfo.Read(mountinfo.SelfPath)
@@ -322,11 +322,11 @@ func BenchmarkPrepareRelease(b *testing.B) {
 	var prep, rel []time.Duration
 	for b.Loop() {
 		t0 := time.Now()
-		if _, err := m.Prepare(ctx, dir, lower, 1<<30); err != nil {
+		if _, err := m.Prepare(ctx, Disk{Dir: dir}, lower, 1<<30); err != nil {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
-		if err := m.Release(ctx, dir); err != nil {
+		if err := m.Release(ctx, Disk{Dir: dir}); err != nil {
 			b.Fatal(err)
 		}
 		prep, rel = append(prep, t1.Sub(t0)), append(rel, time.Since(t1))

@@ -26,8 +26,14 @@ type Mount struct {
 }
 
 // HasSuperOpt reports whether opt is one of the per-superblock options.
-func (m Mount) HasSuperOpt(opt string) bool {
-	for _, o := range strings.Split(m.SuperOpts, ",") {
+func (m Mount) HasSuperOpt(opt string) bool { return hasOpt(m.SuperOpts, opt) }
+
+// HasOpt reports whether opt (e.g. "nosuid", "nodev") is one of the per-mount
+// options.
+func (m Mount) HasOpt(opt string) bool { return hasOpt(m.Options, opt) }
+
+func hasOpt(opts, opt string) bool {
+	for _, o := range strings.Split(opts, ",") {
 		if o == opt {
 			return true
 		}
