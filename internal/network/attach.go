@@ -14,6 +14,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// NetnsFunc creates a network namespace and bind-mounts its nsfs file at path
+// (which does not exist yet), e.g. one owned by a sandbox's user namespace
+// (userns.Creator.Create). On error it leaves nothing behind.
+type NetnsFunc func(path string) error
+
 // Attach gives sandbox id its network: it allocates a free address, creates the
 // named netns NetnsDir/Prefix+id and a veth pair whose host end (derived from
 // id, <= 15 bytes) becomes the sandbox's routed host link and whose peer is
@@ -22,6 +27,13 @@ import (
 // error nothing is left behind. Errors wrap ErrAlreadyAttached, ErrNoAddress or
 // the failing netlink, sysctl, nf_tables or mount call.
 func (m *Manager) Attach(ctx context.Context, id string) (Attachment, error) {
+	return m.AttachWith(ctx, id, nil)
+}
+
+// AttachWith is Attach with the network namespace made by create (nil: this
+// process creates it, owned by its own user namespace). The namespace is then
+// configured as Attach does; on error its file is removed.
+func (m *Manager) AttachWith(ctx context.Context, id string, create NetnsFunc) (Attachment, error) {
 	if err := validID(id); err != nil {
 		return Attachment{}, err
 	}
@@ -32,7 +44,7 @@ func (m *Manager) Attach(ctx context.Context, id string) (Attachment, error) {
 	if err != nil {
 		return Attachment{}, err
 	}
-	att, err := m.build(id, addr)
+	att, err := m.build(id, addr, create)
 	if err != nil {
 		m.forget(id, addr)
 		return Attachment{}, fmt.Errorf("attach network for %s: %w", id, err)
@@ -74,12 +86,13 @@ func (m *Manager) attachment(id string, addr netip.Addr) Attachment {
 	return Attachment{NetnsPath: m.netnsPath(id), Addr: addr, Gateway: m.gateway, HostVeth: m.vethName(id)}
 }
 
-// build creates the netns and veth, configures both ends and registers the
-// link in the firewall (clearing a no-internet mark a previous link of the same
-// name may have left). On error it removes what it created.
-func (m *Manager) build(id string, addr netip.Addr) (Attachment, error) {
+// build creates the netns (with create, when set) and veth, configures both
+// ends and registers the link in the firewall (clearing a no-internet mark a
+// previous link of the same name may have left). On error it removes what it
+// created.
+func (m *Manager) build(id string, addr netip.Addr, create NetnsFunc) (Attachment, error) {
 	att := m.attachment(id, addr)
-	ns, err := createNetns(att.NetnsPath)
+	ns, err := createNetns(att.NetnsPath, create)
 	if err != nil {
 		return att, err
 	}

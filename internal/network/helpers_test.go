@@ -228,7 +228,7 @@ func newUplink(tb testing.TB) uplink {
 	sfx := randSuffix(tb)
 	p := freePrefix(tb, 30)
 	u := uplink{path: "/run/netns/cbt" + sfx + "up", hostAddr: p.Addr().Next(), addr: p.Addr().Next().Next()}
-	ns, err := createNetns(u.path)
+	ns, err := createNetns(u.path, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -57,12 +57,13 @@ func (n newNetns) close() {
 	}
 }
 
-// createNetns creates a network namespace, bind-mounts it at path (which must
-// not exist) and returns an fd and an rtnetlink handle for it. The new netns
-// gets sandboxNetnsSysctls (no IPv6 on interfaces added later, such as eth0;
-// ICMP datagram sockets for every gid). The work runs on a dedicated, locked OS
-// thread that exits afterwards (its netns no longer matches the process's).
-func createNetns(path string) (newNetns, error) {
+// createNetns creates a network namespace with create (nil: unshare(2) on this
+// process's behalf), bind-mounted at path (which must not exist), and returns
+// an fd and an rtnetlink handle for it. The new netns gets sandboxNetnsSysctls
+// (no IPv6 on interfaces added later, such as eth0; ICMP datagram sockets for
+// every gid). The work runs on a dedicated, locked OS thread that exits
+// afterwards (its netns no longer matches the process's).
+func createNetns(path string, create NetnsFunc) (newNetns, error) {
 	type result struct {
 		ns  newNetns
 		err error
@@ -70,20 +71,36 @@ func createNetns(path string) (newNetns, error) {
 	ch := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread dies with this goroutine
-		ns, err := unshareAndMount(path)
+		ns, err := enterNew(path, create)
+		if err == nil {
+			ns, err = configureNew(path)
+		}
 		ch <- result{ns, err}
 	}()
 	r := <-ch
 	return r.ns, r.err
 }
 
-func unshareAndMount(path string) (newNetns, error) {
+// enterNew makes the netns at path and moves the calling thread into it.
+func enterNew(path string, create NetnsFunc) (newNetns, error) {
 	ns := newNetns{fd: -1}
+	if create != nil {
+		if err := create(path); err != nil {
+			return ns, err
+		}
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err == nil {
+			err = unix.Setns(fd, unix.CLONE_NEWNET)
+			unix.Close(fd)
+		}
+		if err != nil {
+			removeNetns(path)
+			return ns, fmt.Errorf("enter netns %s: %w", path, err)
+		}
+		return ns, nil
+	}
 	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 		return ns, fmt.Errorf("unshare netns: %w", err)
-	}
-	if err := writeSysctls(sandboxNetnsSysctls, ""); err != nil {
-		return ns, fmt.Errorf("new netns: %w", err)
 	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
 	if err != nil {
@@ -94,14 +111,25 @@ func unshareAndMount(path string) (newNetns, error) {
 		os.Remove(path)
 		return ns, fmt.Errorf("bind-mount netns at %s: %w", path, err)
 	}
-	ns.fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	return ns, nil
+}
+
+// configureNew writes sandboxNetnsSysctls in the calling thread's (new) netns
+// and opens an fd and an rtnetlink handle for the netns at path; on error it
+// removes the netns file.
+func configureNew(path string) (newNetns, error) {
+	ns := newNetns{fd: -1}
+	err := writeSysctls(sandboxNetnsSysctls, "")
+	if err == nil {
+		ns.fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	}
 	if err == nil {
 		ns.nl, err = netlink.NewHandle(unix.NETLINK_ROUTE)
 	}
 	if err != nil {
 		ns.close()
 		removeNetns(path)
-		return newNetns{fd: -1}, fmt.Errorf("open netns %s: %w", path, err)
+		return newNetns{fd: -1}, fmt.Errorf("set up netns %s: %w", path, err)
 	}
 	return ns, nil
 }

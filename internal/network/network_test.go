@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -415,7 +416,7 @@ func TestAdoptBridgedSandbox(t *testing.T) {
 	m := newTestManager(t)
 	addr := m.cfg.Subnet.Addr().Next().Next().Next()
 	path, name := m.netnsPath("old"), m.vethName("old")
-	ns, err := createNetns(path)
+	ns, err := createNetns(path, nil)
 	must(t, err)
 	defer ns.close()
 	br, err := netlink.LinkByName(m.cfg.Bridge)
@@ -453,5 +454,47 @@ func TestAdoptBridgedSandbox(t *testing.T) {
 	gwSrv := serveEcho(t, "", m.gateway)
 	if _, err := dialEcho(path, gwSrv, 5*time.Second); !isRefused(err) {
 		t.Fatalf("adopted sandbox -> host: %v, want refused", err)
+	}
+}
+
+// A netns made by someone else (here unshare(1), as a sandbox's user namespace
+// helper would) is configured like one Attach creates; a failing maker leaves
+// nothing behind.
+func TestAttachWithExternalNetns(t *testing.T) {
+	m := newTestManager(t)
+	ctx := context.Background()
+	var made string
+	a, err := m.AttachWith(ctx, "sw", func(path string) error {
+		made = path
+		if err := os.WriteFile(path, nil, 0o444); err != nil {
+			return err
+		}
+		if out, err := exec.Command("unshare", "--net="+path, "true").CombinedOutput(); err != nil {
+			os.Remove(path)
+			return fmt.Errorf("unshare: %v: %s", err, out)
+		}
+		return nil
+	})
+	must(t, err)
+	if made != a.NetnsPath {
+		t.Fatalf("maker called for %q, attachment at %q", made, a.NetnsPath)
+	}
+	veth, err := netlink.LinkByName(a.HostVeth)
+	must(t, err)
+	checkSandboxEnd(t, a, veth)
+	must(t, m.Detach(ctx, "sw"))
+
+	boom := errors.New("boom")
+	if _, err := m.AttachWith(ctx, "sx", func(string) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("AttachWith with a failing maker: %v", err)
+	}
+	if _, ok := m.Get("sx"); ok {
+		t.Fatal("failed attachment still registered")
+	}
+	if _, err := netlink.LinkByName(m.vethName("sx")); err == nil {
+		t.Fatal("veth left after a failed attach")
+	}
+	if _, err := os.Lstat(m.netnsPath("sx")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("netns file left after a failed attach: %v", err)
 	}
 }
