@@ -75,3 +75,14 @@ type Checkpointer interface {
 	// processes run.
 	Restore(ctx context.Context, id, bundle, imageDir string, output *os.File) error
 }
+
+// UsernsCreator is implemented by runtimes that cannot join an existing user
+// namespace by path: given the spec's uid and gid mappings without a path they
+// create the sandbox's user namespace themselves (runsc: its launcher is a
+// multithreaded Go process, and setns(2) into a user namespace needs a
+// single-threaded caller). Runtimes without it (runc) join the namespace file
+// the backend names.
+type UsernsCreator interface {
+	// CreatesUserns reports whether the runtime creates the user namespace.
+	CreatesUserns() bool
+}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -48,11 +49,27 @@ type Options struct {
 	PidsLimit   int64         // maximum number of tasks; 0 = unlimited
 	NoFile      uint64        // RLIMIT_NOFILE; 0 = min(DefaultNoFile, NoFileCeiling())
 	Mounts      []specs.Mount // extra mounts appended after the defaults (binds of agent, /etc/hosts, ...)
+	UserNS      *UserNS       // user namespace of the sandbox; nil = none (uid 0 inside is host root)
+}
+
+// UserNS is the user namespace of a sandbox (OCI runtime spec config-linux.md
+// "User namespace mappings"): uids and gids 0..Size-1 inside map to host ids
+// HostID..HostID+Size-1.
+type UserNS struct {
+	// Path is a bind-mounted nsfs file of an existing namespace with exactly this
+	// mapping, joined by the runtime; the spec then carries no mappings (runc
+	// reads them from the namespace and warns when both are given). "" lets the
+	// runtime create the namespace from the mapping (its owner is then the
+	// runtime's euid, root).
+	Path   string
+	HostID uint32
+	Size   uint32
 }
 
 // Build returns the OCI runtime spec for o: root uid 0 with the conventional container
 // capability set, NoNewPrivileges false, RLIMIT_NOFILE 1048576 (capped by the host, see
-// Options.NoFile), the standard /proc, /dev, /dev/pts, /dev/shm, /dev/mqueue, /sys (ro) and /sys/fs/cgroup (ro) mounts, masked and
+// Options.NoFile and rlimits), the user namespace of Options.UserNS (joined by path, or
+// created from its mapping), the standard /proc, /dev, /dev/pts, /dev/shm, /dev/mqueue, /sys (ro) and /sys/fs/cgroup (ro) mounts, masked and
 // read-only proc/sys paths, pid, ipc, uts, mount, network and cgroup namespaces
 // and a seccomp allowlist that refuses every other syscall, non-namespaced and
 // namespace-creating ones first (seccompProfile) (OCI runtime spec config.md and
@@ -74,12 +91,16 @@ func Build(o Options) (*specs.Spec, error) {
 		Mounts:   append(defaultMounts(), o.Mounts...),
 		Linux: &specs.Linux{
 			CgroupsPath:   o.CgroupsPath,
-			Namespaces:    namespaces(o.NetNSPath),
+			Namespaces:    namespaces(o.NetNSPath, o.UserNS),
 			Resources:     resources(o),
 			MaskedPaths:   maskedPaths(),
 			ReadonlyPaths: readonlyPaths(),
 			Seccomp:       seccompProfile(),
 		},
+	}
+	if u := o.UserNS; u != nil && u.Path == "" {
+		m := []specs.LinuxIDMapping{{ContainerID: 0, HostID: u.HostID, Size: u.Size}}
+		s.Linux.UIDMappings, s.Linux.GIDMappings = m, m
 	}
 	return s, nil
 }
@@ -98,6 +119,8 @@ func validate(o Options) error {
 		return fmt.Errorf("oci spec %s: cgroups path %q is not absolute", o.ID, o.CgroupsPath)
 	case o.CPUCount < 0 || o.MemoryBytes < 0 || o.PidsLimit < 0:
 		return fmt.Errorf("oci spec %s: negative resource limit", o.ID)
+	case o.UserNS != nil && (o.UserNS.Size == 0 || o.UserNS.Path != "" && !filepath.IsAbs(o.UserNS.Path)):
+		return fmt.Errorf("oci spec %s: user namespace needs a size and an absolute path", o.ID)
 	}
 	for _, m := range o.Mounts {
 		if !filepath.IsAbs(m.Destination) {
@@ -161,9 +184,37 @@ func process(o Options) *specs.Process {
 			Effective: capabilities(),
 			Permitted: capabilities(),
 		},
-		Rlimits:         []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: nofile(o), Soft: nofile(o)}},
+		Rlimits:         rlimits(o),
 		NoNewPrivileges: false,
 	}
+}
+
+// rlimits is RLIMIT_NOFILE at nofile(o), or none when the runtime could not set
+// it: a runtime joining a user namespace applies rlimits with prlimit(2) on a
+// process of another uid, which needs CAP_SYS_RESOURCE (runc 1.2 and later).
+// Without it the sandbox inherits the runtime's own limits (see InheritNoFile).
+func rlimits(o Options) []specs.POSIXRlimit {
+	if o.UserNS != nil && o.UserNS.Path != "" && !hasCapability(unix.CAP_SYS_RESOURCE) {
+		return nil
+	}
+	return []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: nofile(o), Soft: nofile(o)}}
+}
+
+// InheritNoFile raises this process's soft RLIMIT_NOFILE to its hard limit
+// with syscall.Setrlimit, which also stops os/exec from restoring the original
+// soft limit in child processes: runtimes started afterwards, and sandboxes
+// that inherit their limits, get the full hard limit. Errors come from
+// setrlimit(2).
+func InheritNoFile() error {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return fmt.Errorf("get RLIMIT_NOFILE: %w", err)
+	}
+	lim.Cur = lim.Max
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return fmt.Errorf("set RLIMIT_NOFILE: %w", err)
+	}
+	return nil
 }
 
 func nofile(o Options) uint64 {
@@ -239,15 +290,19 @@ func defaultMounts() []specs.Mount {
 	}
 }
 
-func namespaces(netns string) []specs.LinuxNamespace {
-	return []specs.LinuxNamespace{
+func namespaces(netns string, user *UserNS) []specs.LinuxNamespace {
+	var ns []specs.LinuxNamespace
+	if user != nil {
+		ns = append(ns, specs.LinuxNamespace{Type: specs.UserNamespace, Path: user.Path})
+	}
+	return append(ns, []specs.LinuxNamespace{
 		{Type: specs.PIDNamespace},
 		{Type: specs.IPCNamespace},
 		{Type: specs.UTSNamespace},
 		{Type: specs.MountNamespace},
 		{Type: specs.NetworkNamespace, Path: netns},
 		{Type: specs.CgroupNamespace},
-	}
+	}...)
 }
 
 func resources(o Options) *specs.LinuxResources {

@@ -164,3 +164,45 @@ func TestWriteBundle(t *testing.T) {
 		t.Errorf("bundle holds %d entries, want only config.json", len(entries))
 	}
 }
+
+func TestBuildUserNS(t *testing.T) {
+	o := options()
+	o.UserNS = &UserNS{Path: "/var/lib/cubby/sbx1/userns", HostID: 1 << 30, Size: 65536}
+	s, err := Build(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var user *specs.LinuxNamespace
+	for i, ns := range s.Linux.Namespaces {
+		if ns.Type == specs.UserNamespace {
+			user = &s.Linux.Namespaces[i]
+		}
+	}
+	if user == nil || user.Path != o.UserNS.Path {
+		t.Fatalf("user namespace %+v in %+v", user, s.Linux.Namespaces)
+	}
+	if len(s.Linux.UIDMappings)+len(s.Linux.GIDMappings) != 0 {
+		t.Errorf("mappings next to a namespace path: %+v %+v", s.Linux.UIDMappings, s.Linux.GIDMappings)
+	}
+	if len(s.Process.Rlimits) == 0 && hasCapability(unix.CAP_SYS_RESOURCE) {
+		t.Error("rlimits dropped although the runtime can set them")
+	}
+	if len(s.Process.Rlimits) != 0 && !hasCapability(unix.CAP_SYS_RESOURCE) {
+		t.Error("rlimits a runtime without CAP_SYS_RESOURCE cannot set in a user namespace")
+	}
+
+	o.UserNS.Path = "" // the runtime creates the namespace from the mapping
+	if s, err = Build(o); err != nil {
+		t.Fatal(err)
+	}
+	want := []specs.LinuxIDMapping{{ContainerID: 0, HostID: 1 << 30, Size: 65536}}
+	if !slices.Equal(s.Linux.UIDMappings, want) || !slices.Equal(s.Linux.GIDMappings, want) || len(s.Process.Rlimits) != 1 {
+		t.Errorf("mappings %+v %+v rlimits %+v", s.Linux.UIDMappings, s.Linux.GIDMappings, s.Process.Rlimits)
+	}
+	for _, bad := range []UserNS{{Path: "/x"}, {Path: "relative", Size: 1}} {
+		o.UserNS = &bad
+		if _, err := Build(o); err == nil {
+			t.Errorf("Build accepted user namespace %+v", bad)
+		}
+	}
+}

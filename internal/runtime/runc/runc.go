@@ -27,8 +27,9 @@ const cleanupTimeout = 10 * time.Second
 // Runtime drives one runc binary with one state root. It is safe for concurrent
 // use on distinct container IDs.
 type Runtime struct {
-	cli ocicli.CLI
-	log *slog.Logger
+	cli  ocicli.CLI
+	root string
+	log  *slog.Logger
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -41,7 +42,7 @@ func New(binary, stateRoot string, log *slog.Logger) *Runtime {
 	}
 	cli := ocicli.CLI{Name: "runc", Binary: binary, Flags: []string{"--root", stateRoot},
 		RunFlags: []string{"--log-format", "json"}, NotFound: "does not exist"}
-	return &Runtime{cli: cli, log: log}
+	return &Runtime{cli: cli, root: stateRoot, log: log}
 }
 
 // Name returns "runc".
@@ -52,8 +53,12 @@ func (r *Runtime) State(ctx context.Context, id string) (runtime.State, error) {
 	return r.cli.State(ctx, id)
 }
 
-// List parses `runc list --format json`: every container in the state root.
+// List parses `runc list --format json`: every container in the state root,
+// none while the state root does not exist (runc 1.2 and later fail then).
 func (r *Runtime) List(ctx context.Context) ([]runtime.State, error) {
+	if _, err := os.Stat(r.root); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
 	return r.cli.List(ctx)
 }
 

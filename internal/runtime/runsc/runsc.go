@@ -221,3 +221,12 @@ func (r *Runtime) ReleaseRoot() error {
 	}
 	return fmt.Errorf("runsc: %s still mounted after 64 unmounts", path)
 }
+
+// CreatesUserns reports true: runsc cannot setns(2) into an existing user
+// namespace (a multithreaded Go process), so the spec names the mapping and
+// runsc creates the namespace; its sandbox and gofer processes then run as the
+// mapped root, an unprivileged host uid, while the gVisor kernel implements the
+// per-user limits of the processes inside.
+func (r *Runtime) CreatesUserns() bool { return true }
+
+var _ runtime.UsernsCreator = (*Runtime)(nil)

@@ -89,7 +89,7 @@ func (e *Env[R]) Prepare(tb testing.TB, disk int64, o oci.Options) *Sandbox {
 		tb.Fatal(err)
 	}
 	sb.Out = out
-	rootfsDir, err := e.FS.Prepare(ctx, sb.Dir, e.Lower, disk)
+	rootfsDir, err := e.FS.Prepare(ctx, rootfs.Disk{Dir: sb.Dir}, e.Lower, disk)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func (e *Env[R]) Prepare(tb testing.TB, disk int64, o oci.Options) *Sandbox {
 		if err := e.RT.Kill(ctx, id); err != nil {
 			tb.Errorf("cleanup kill: %v", err)
 		}
-		if err := e.FS.Release(ctx, sb.Dir); err != nil {
+		if err := e.FS.Release(ctx, rootfs.Disk{Dir: sb.Dir}); err != nil {
 			tb.Errorf("cleanup release: %v", err)
 		}
 		e.AssertGone(tb, sb)
