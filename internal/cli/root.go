@@ -13,6 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
+
+	"github.com/cubby-dev/cubby/internal/userns"
 )
 
 // Version is the cubby release, set at build time with -ldflags "-X".
@@ -21,6 +23,9 @@ var Version = "dev"
 // Main runs the command line with args (without the program name) and returns the
 // process exit code.
 func Main(args []string) int {
+	if len(args) > 0 && args[0] == userns.HelperCommand {
+		return userns.HelperMain(args[1:]) // before anything else: it runs per sandbox
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, unix.SIGTERM)
 	defer stop()
 	root := newRoot()

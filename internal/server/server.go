@@ -11,6 +11,8 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -40,11 +43,13 @@ import (
 	"github.com/cubby-dev/cubby/internal/pool"
 	"github.com/cubby-dev/cubby/internal/rootfs"
 	"github.com/cubby-dev/cubby/internal/runtime"
+	"github.com/cubby-dev/cubby/internal/runtime/oci"
 	"github.com/cubby-dev/cubby/internal/runtime/runc"
 	"github.com/cubby-dev/cubby/internal/runtime/runsc"
 	"github.com/cubby-dev/cubby/internal/store"
 	"github.com/cubby-dev/cubby/internal/telemetry"
 	"github.com/cubby-dev/cubby/internal/template"
+	"github.com/cubby-dev/cubby/internal/userns"
 	"github.com/cubby-dev/cubby/sdk"
 )
 
@@ -53,10 +58,12 @@ type Config struct {
 	Listen          string               // e.g. "127.0.0.1:3000"
 	DataDir         string               // holds cubby.db, templates/, sandboxes/, runc/
 	TemplatesDir    string               // built templates; default <DataDir>/templates (may be shared between servers)
+	RunDir          string               // sandboxes' rootfs mount points, reachable by their mapped roots; default DefaultRunDir(DataDir)
+	Userns          bool                 // give each new sandbox its own user namespace and host id range
 	Domain          string               // sandbox domain for <port>-<id>.<domain> hosts; "" = none
 	Bridge          string               // portless host bridge holding the sandboxes' gateway address, default network.DefaultBridge
 	Subnet          netip.Prefix         // sandbox addresses, default 10.77.0.0/16
-	RuncBinary      string               // default "runc" from PATH
+	RuncBinary      string               // runc; default bin/runc next to cubby, else PATH
 	RunscBinary     string               // gVisor runsc; default bin/runsc next to cubby, else PATH
 	Runtime         string               // default runtime of new sandboxes: "runc" (default) or "runsc"
 	MemoryMB        int                  // memory limit of new sandboxes in MiB (a cap, not a reservation); default 1024
@@ -112,9 +119,6 @@ func (c *Config) defaults() error {
 	if !c.Subnet.IsValid() {
 		c.Subnet = network.DefaultSubnet
 	}
-	if c.RuncBinary == "" {
-		c.RuncBinary = "runc"
-	}
 	if c.DefaultTemplate == "" {
 		c.DefaultTemplate = "base"
 	}
@@ -128,6 +132,9 @@ func (c *Config) defaults() error {
 	c.DataDir = abs
 	if c.TemplatesDir == "" {
 		c.TemplatesDir = filepath.Join(abs, "templates")
+	}
+	if c.RunDir == "" {
+		c.RunDir = DefaultRunDir(abs)
 	}
 	c.timeoutDefaults()
 	if c.Admission.ServerMemoryMB == 0 {
@@ -153,6 +160,19 @@ func (c *Config) timeoutDefaults() {
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = DefaultIdleTimeout
 	}
+}
+
+// runRoot is the parent of every server's default run directory; like
+// userns.DefaultLeaseDir it is shared by the servers of a host.
+const runRoot = "/run/cubby"
+
+// DefaultRunDir is the run directory of the server with data directory
+// dataDir (absolute): /run/cubby/<first 16 hex digits of sha256(dataDir)>, so
+// each data directory has its own, the same across restarts, outside the
+// private data directory (its sandboxes' mapped roots must reach their rootfs).
+func DefaultRunDir(dataDir string) string {
+	sum := sha256.Sum256([]byte(dataDir))
+	return filepath.Join(runRoot, hex.EncodeToString(sum[:8]))
 }
 
 // Run serves until ctx is done. /health answers 503 while starting (e.g. while the
@@ -366,7 +386,10 @@ func newBackend(ctx context.Context, cfg Config, log *slog.Logger, tel *telemetr
 	if err != nil {
 		return nil, nil, fmt.Errorf("locate cubby binary: %w", err)
 	}
-	rts, err := runtimes(cfg, exe, log)
+	if err := oci.InheritNoFile(); err != nil {
+		log.Warn("sandboxes may get a lower open-file limit", "err", err)
+	}
+	rts, err := runtimes(ctx, cfg, exe, log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -376,25 +399,62 @@ func newBackend(ctx context.Context, cfg Config, log *slog.Logger, tel *telemetr
 	if err != nil {
 		return nil, nil, err
 	}
+	ids, creator, err := sandboxIDs(exe, log)
+	if err != nil {
+		return nil, nil, err
+	}
 	rm := rootfs.New(filepath.Join(cfg.DataDir, "cache", "disks"), log.With("component", "rootfs"))
 	b, err = local.New(local.Config{
 		Dir:         filepath.Join(cfg.DataDir, "sandboxes"),
+		RunDir:      cfg.RunDir,
 		AgentBinary: exe,
 		Egress:      sup,
+		Userns:      cfg.Userns,
+		IDs:         ids,
+		Namespaces:  creator,
 	}, rts, nm, rm, log.With("component", "backend"))
 	if err != nil {
 		return nil, nil, err
 	}
+	log.Info("sandboxes", "user_namespaces", cfg.Userns, "run_dir", cfg.RunDir)
 	return b, sup, nil
+}
+
+// sandboxIDs returns the host-wide id range allocator (stale leases pruned)
+// and the user namespace creator running exe as its helper, and makes runRoot
+// exist with mode 0711 (sandboxes' mapped roots traverse it).
+func sandboxIDs(exe string, log *slog.Logger) (*userns.Allocator, *userns.Creator, error) {
+	if err := os.MkdirAll(runRoot, 0o711); err != nil {
+		return nil, nil, fmt.Errorf("create %s: %w", runRoot, err)
+	}
+	if err := os.Chmod(runRoot, 0o711); err != nil {
+		return nil, nil, fmt.Errorf("create %s: %w", runRoot, err)
+	}
+	ids := userns.NewAllocator("")
+	if n, err := ids.Prune(); err != nil || n > 0 {
+		log.Info("pruned stale id range leases", "dropped", n, "err", err)
+	}
+	creator, err := userns.NewCreator(exe)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ids, creator, nil
 }
 
 // runtimes returns the OCI runtimes the backend may use, the default first: runc
 // always; gVisor's runsc when its binary is found (--runsc, next to the cubby
-// binary, or on PATH). --runtime runsc without a runsc binary is an error.
-func runtimes(cfg Config, exe string, log *slog.Logger) ([]runtime.Runtime, error) {
-	rc := runc.New(cfg.RuncBinary, filepath.Join(cfg.DataDir, "runc"), log.With("component", "runc"))
+// binary, or on PATH). --runtime runsc without a runsc binary is an error. The
+// version of each is logged.
+func runtimes(ctx context.Context, cfg Config, exe string, log *slog.Logger) ([]runtime.Runtime, error) {
+	runcBin := findTool("runc", cfg.RuncBinary, exe)
+	if runcBin == "" {
+		return nil, errors.New("no runc binary found (build it with `make runc`, or pass --runc PATH)")
+	}
+	logVersion(ctx, log, "runc", runcBin)
+	rc := runc.New(runcBin, filepath.Join(cfg.DataDir, "runc"), log.With("component", "runc"))
 	var rs runtime.Runtime
-	if bin := findRunsc(cfg.RunscBinary, exe); bin != "" {
+	if bin := findTool("runsc", cfg.RunscBinary, exe); bin != "" {
+		logVersion(ctx, log, "runsc", bin)
 		rs = runsc.New(bin, filepath.Join(cfg.DataDir, "runsc"), runsc.Options{}, log.With("component", "runsc"))
 	}
 	switch cfg.Runtime {
@@ -413,22 +473,37 @@ func runtimes(cfg Config, exe string, log *slog.Logger) ([]runtime.Runtime, erro
 	}
 }
 
-// findRunsc resolves the runsc binary: the flag's value, else bin/runsc next to
-// the cubby binary, else runsc on PATH; "" when there is none.
-func findRunsc(flag, exe string) string {
+// findTool resolves the binary of tool name: the flag's value (a path or a
+// name on PATH), else bin/<name> next to the cubby binary (`make` builds the
+// pinned runtimes there), else name on PATH; "" when there is none.
+func findTool(name, flag, exe string) string {
 	if flag != "" {
 		if p, err := exec.LookPath(flag); err == nil {
 			return p
 		}
 		return ""
 	}
-	if p := filepath.Join(filepath.Dir(exe), "runsc"); fileExists(p) {
+	if p := filepath.Join(filepath.Dir(exe), name); fileExists(p) {
 		return p
 	}
-	if p, err := exec.LookPath("runsc"); err == nil {
+	if p, err := exec.LookPath(name); err == nil {
 		return p
 	}
 	return ""
+}
+
+// logVersion logs the first line of `bin --version` (e.g. "runc version
+// 1.5.2"), so the log says which runtime the sandboxes run under.
+func logVersion(ctx context.Context, log *slog.Logger, name, bin string) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "--version").Output()
+	if err != nil {
+		log.Warn("runtime version unknown", "runtime", name, "binary", bin, "err", err)
+		return
+	}
+	first, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	log.Info("OCI runtime", "runtime", name, "binary", bin, "version", first)
 }
 
 func fileExists(p string) bool {

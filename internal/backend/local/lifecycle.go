@@ -14,7 +14,9 @@ import (
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/cgroups"
 	"github.com/cubby-dev/cubby/internal/rootfs"
+	"github.com/cubby-dev/cubby/internal/runtime"
 	"github.com/cubby-dev/cubby/internal/runtime/oci"
+	"github.com/cubby-dev/cubby/internal/userns"
 )
 
 // agentPath is where the agent binary appears inside every sandbox.
@@ -22,8 +24,9 @@ const agentPath = "/opt/cubby/bin/cubby"
 
 func cgroupsPath(id string) string { return "/cubby/" + id }
 
-// Create implements backend.Backend. Steps: writable layer + overlay, netns,
-// bundle, runtime start, agent health, agent init. Any failure unwinds all steps.
+// Create implements backend.Backend. Steps: id range, run dir and network (with
+// the user namespace), writable layer + overlay, bundle, runtime start, agent
+// health, agent init. Any failure unwinds all steps.
 func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (inst backend.Instance, err error) {
 	rt, err := b.runtimeFor(req.Runtime)
 	if err != nil {
@@ -33,38 +36,29 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (inst b
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return backend.Instance{}, fmt.Errorf("create sandbox dir: %w", err)
 	}
-	var undo []func()
+	var undo undoStack
 	defer func() {
 		if err != nil {
-			for i := len(undo) - 1; i >= 0; i-- {
-				undo[i]()
-			}
+			undo.run()
 		}
 	}()
 	cleanupCtx := context.WithoutCancel(ctx)
-	undo = append(undo, func() { _ = os.RemoveAll(dir) })
-
-	rootPath, err := b.rootfs.Prepare(ctx, dir, req.RootfsDir, int64(req.DiskSizeMB)<<20)
+	undo.push(func() { _ = os.RemoveAll(dir) })
+	s := &sandbox{
+		ID: req.SandboxID, Runtime: rt.Name(), Lower: req.RootfsDir, CPUCount: req.CPUCount,
+		StartedAt: time.Now().UTC(), Init: req.Init,
+		NoInternet: req.NoInternet || req.Egress.BlocksAll(), egress: req.Egress,
+	}
+	netnsPath, err := b.provision(ctx, s, &undo)
+	if err != nil {
+		return backend.Instance{}, err
+	}
+	rootPath, err := b.rootfs.Prepare(ctx, b.disk(s.ID, s.IDs), req.RootfsDir, int64(req.DiskSizeMB)<<20)
 	if err != nil {
 		return backend.Instance{}, fmt.Errorf("prepare rootfs: %w", err)
 	}
-	undo = append(undo, func() { _ = b.rootfs.Release(cleanupCtx, dir) })
-
-	att, err := b.net.Attach(ctx, req.SandboxID)
-	if err != nil {
-		return backend.Instance{}, fmt.Errorf("attach network: %w", err)
-	}
-	undo = append(undo, func() { _ = b.net.Detach(cleanupCtx, req.SandboxID) })
-	s := &sandbox{
-		ID: req.SandboxID, Addr: att.Addr, Runtime: rt.Name(), Lower: req.RootfsDir,
-		CPUCount: req.CPUCount, StartedAt: time.Now().UTC(), Init: req.Init,
-		NoInternet: req.NoInternet || req.Egress.BlocksAll(), egress: req.Egress,
-	}
-	if err := b.applyEgress(ctx, s); err != nil {
-		return backend.Instance{}, fmt.Errorf("egress policy: %w", err)
-	}
-	undo = append(undo, func() { b.forgetEgress(cleanupCtx, req.SandboxID) })
-	if err := b.writeBundle(req, s, rootPath, att.NetnsPath); err != nil {
+	undo.push(func() { _ = b.rootfs.Release(cleanupCtx, b.disk(s.ID, s.IDs)) })
+	if err := b.writeBundle(req, s, rt, rootPath, netnsPath); err != nil {
 		return backend.Instance{}, err
 	}
 	if err := b.saveState(s); err != nil {
@@ -73,12 +67,11 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (inst b
 	if err := b.openOutput(s); err != nil {
 		return backend.Instance{}, err
 	}
-	undo = append(undo, func() { b.closeOutput(s) })
+	undo.push(func() { b.closeOutput(s) })
 	if err := b.startContainer(ctx, s, rt); err != nil {
 		return backend.Instance{}, err
 	}
-	undo = append(undo, func() { _ = rt.Kill(cleanupCtx, req.SandboxID) })
-
+	undo.push(func() { _ = rt.Kill(cleanupCtx, req.SandboxID) })
 	if err := b.initAgent(ctx, s, ""); err != nil {
 		return backend.Instance{}, fmt.Errorf("%w (sandbox output: %s)", err, b.outputTail(s.ID))
 	}
@@ -89,6 +82,18 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (inst b
 		b.log.Warn("cannot watch sandbox init; exits are noticed only by Kill", "sandbox", s.ID, "err", err)
 	}
 	return b.instance(s), nil
+}
+
+// undoStack collects the undo steps of a multi-step operation; run executes
+// them newest first.
+type undoStack []func()
+
+func (u *undoStack) push(f func()) { *u = append(*u, f) }
+
+func (u undoStack) run() {
+	for i := len(u) - 1; i >= 0; i-- {
+		u[i]()
+	}
 }
 
 // initAgent waits for the agent's /health and sends it s.Init, authenticated with
@@ -171,7 +176,7 @@ func (b *Backend) SetInternetAccess(ctx context.Context, id string, allowed bool
 }
 
 // writeBundle writes the OCI bundle (config.json) and the per-sandbox files it binds.
-func (b *Backend) writeBundle(req backend.CreateRequest, s *sandbox, rootPath, netnsPath string) error {
+func (b *Backend) writeBundle(req backend.CreateRequest, s *sandbox, rt runtime.Runtime, rootPath, netnsPath string) error {
 	dir := b.sandboxDir(req.SandboxID)
 	etc, err := writeEtcFiles(dir, req.SandboxID, s.Addr.String())
 	if err != nil {
@@ -197,11 +202,12 @@ func (b *Backend) writeBundle(req backend.CreateRequest, s *sandbox, rootPath, n
 		MemoryBytes: int64(req.MemoryMB) << 20,
 		PidsLimit:   b.cfg.PidsLimit,
 		Mounts:      mounts,
+		UserNS:      b.userNS(s, rt),
 	})
 	if err != nil {
 		return fmt.Errorf("build OCI spec: %w", err)
 	}
-	if err := oci.WriteBundle(filepath.Join(dir, "bundle"), spec); err != nil {
+	if err := oci.WriteBundle(b.bundleDir(s.ID), spec); err != nil {
 		return fmt.Errorf("write bundle: %w", err)
 	}
 	return nil
@@ -253,8 +259,15 @@ func (b *Backend) Kill(ctx context.Context, id string) error {
 	return nil
 }
 
-// destroy removes every resource of sandbox id; it is idempotent.
+// destroy removes every resource of sandbox id; it is idempotent. The id range
+// is released last, and only once everything else is gone: a process that
+// survived a failed kill must never share its ids with a new sandbox.
 func (b *Backend) destroy(ctx context.Context, id, rtName string) error {
+	var ids userns.Range
+	st, stErr := b.loadState(id)
+	if stErr == nil {
+		ids = st.IDs
+	}
 	var errs []error
 	for name, rt := range b.runtimes {
 		if rtName != "" && name != rtName {
@@ -265,15 +278,21 @@ func (b *Backend) destroy(ctx context.Context, id, rtName string) error {
 		}
 	}
 	b.forgetEgress(ctx, id)
-	if err := b.net.Detach(ctx, id); err != nil {
+	if err := b.detach(ctx, id); err != nil {
 		errs = append(errs, fmt.Errorf("detach network: %w", err))
 	}
-	dir := b.sandboxDir(id)
-	if err := b.rootfs.Release(ctx, dir); err != nil {
+	if err := b.rootfs.Release(ctx, b.disk(id, userns.Range{})); err != nil {
 		errs = append(errs, fmt.Errorf("release rootfs: %w", err))
 	}
-	if err := os.RemoveAll(dir); err != nil {
-		errs = append(errs, fmt.Errorf("remove sandbox dir: %w", err))
+	for _, dir := range []string{b.runDir(id), b.sandboxDir(id)} {
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, fmt.Errorf("remove sandbox dir: %w", err))
+		}
+	}
+	if len(errs) == 0 {
+		if err := b.releaseIDs(id, ids, stErr == nil); err != nil {
+			errs = append(errs, fmt.Errorf("release id range: %w", err))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("destroy sandbox %s: %w", id, err)

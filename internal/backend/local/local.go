@@ -20,6 +20,26 @@
 //
 // No host file is handed to the container: its stdio is the FIFO, and the
 // runtime's own log (ocicli.Launch) a pipe closed once the container started.
+//
+// With user namespaces (Config.Userns, the default of `cubby serve`) each sandbox
+// also has its own range of 65536 host uids and gids, leased host-wide
+// (userns.Allocator, owner: the sandbox directory) and recorded in its
+// sandbox.json, so a restarted server re-claims it. Its user namespace is owned
+// by the range's first host id (not root), so per-user kernel counts are charged
+// to the sandbox; it is created with the sandbox's network namespace (which it
+// owns) and kept in <Dir>/<id>/userns. The template and the disk are idmapped
+// into the sandbox's rootfs (package rootfs). A sandbox keeps the mode it was
+// created with.
+//
+// Host layout of sandbox id:
+//
+//	<Dir>/<id>/          0700 root: sandbox.json, bundle/, agent.log, etc-*, disk.img,
+//	                     layer/ (the disk mounted), userns, checkpoint/
+//	<RunDir>/            0711 root
+//	<RunDir>/<id>/       0700, owned by the sandbox's mapped root (host root without
+//	                     a user namespace): only that uid, which the runtime's init
+//	                     runs as, can reach
+//	<RunDir>/<id>/rootfs the overlay mount: the sandbox's root filesystem
 package local
 
 import (
@@ -42,6 +62,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/rootfs"
 	"github.com/cubby-dev/cubby/internal/runtime"
 	"github.com/cubby-dev/cubby/internal/sandboxlog"
+	"github.com/cubby-dev/cubby/internal/userns"
 )
 
 // Config configures the local backend.
@@ -49,6 +70,20 @@ type Config struct {
 	// Dir holds one directory per sandbox (bundle, disk image, output FIFO and
 	// capped log, state).
 	Dir string
+	// RunDir holds one directory per sandbox with its rootfs mount point (see the
+	// package doc); its parents must be searchable by every uid (the mapped
+	// roots). Default <Dir>/../run, which suits only sandboxes without a user
+	// namespace when Dir's parents are private.
+	RunDir string
+	// Userns gives new sandboxes their own user namespace; IDs and Namespaces
+	// must then be set (they are also needed to resume or re-adopt sandboxes
+	// created with one).
+	Userns bool
+	// IDs leases the sandboxes' id ranges (userns.Allocator).
+	IDs IDAllocator
+	// Namespaces creates the sandboxes' user and network namespaces
+	// (userns.Creator).
+	Namespaces NamespaceCreator
 	// AgentBinary is the host path of the static cubby binary bind-mounted read-only
 	// into every sandbox as its init process.
 	AgentBinary string
@@ -60,6 +95,21 @@ type Config struct {
 	// an upstream proxy are steered to; nil = such policies are refused
 	// (ErrNotSupported), address rules still apply.
 	Egress EgressProxy
+}
+
+// IDAllocator leases host id ranges to sandboxes; owner is the sandbox
+// directory. Implemented by *userns.Allocator.
+type IDAllocator interface {
+	Claim(owner string, prefer userns.Range) (userns.Range, error)
+	Release(owner string, r userns.Range) error
+	ReleaseOwner(owner string) error
+}
+
+// NamespaceCreator creates a user namespace for r owned by r's first host id,
+// and a network namespace it owns, bind-mounted at usernsPath and netnsPath.
+// Implemented by *userns.Creator.
+type NamespaceCreator interface {
+	Create(ctx context.Context, r userns.Range, usernsPath, netnsPath string) error
 }
 
 // Backend implements backend.Backend on this host.
@@ -95,6 +145,8 @@ type sandbox struct {
 	Init agentapi.InitRequest `json:"init"`
 	// NoInternet is re-applied when the sandbox's network has to be rebuilt.
 	NoInternet bool `json:"noInternet,omitempty"`
+	// IDs is the sandbox's host id range; zero without a user namespace.
+	IDs userns.Range `json:"ids,omitzero"`
 	// egress is the sandbox's egress policy (not persisted: it holds
 	// credentials; the control plane sets it again after a restart).
 	egress    *policy.Policy
@@ -127,8 +179,20 @@ func New(cfg Config, rts []runtime.Runtime, nm *network.Manager, rm *rootfs.Mana
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 30 * time.Second
 	}
+	if cfg.RunDir == "" {
+		cfg.RunDir = filepath.Join(cfg.Dir, "..", "run")
+	}
+	if cfg.Userns && (cfg.IDs == nil || cfg.Namespaces == nil) {
+		return nil, errors.New("local backend: user namespaces need an id allocator and a namespace creator")
+	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create sandboxes dir: %w", err)
+	}
+	if err := os.MkdirAll(cfg.RunDir, 0o711); err != nil {
+		return nil, fmt.Errorf("create run dir: %w", err)
+	}
+	if err := os.Chmod(cfg.RunDir, 0o711); err != nil {
+		return nil, fmt.Errorf("create run dir: %w", err)
 	}
 	b := &Backend{
 		cfg: cfg, log: log, net: nm, rootfs: rm, egress: cfg.Egress,

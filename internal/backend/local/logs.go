@@ -41,7 +41,7 @@ func (b *Backend) Logs(_ context.Context, id string, since time.Time, limit int)
 	if _, err := b.get(id); err != nil {
 		return nil, err
 	}
-	return sandboxLogs(b.sandboxDir(id), path.Join(b.sandboxDir(id), rootfs.RootfsName), since, limit)
+	return sandboxLogs(b.sandboxDir(id), path.Join(b.runDir(id), rootfs.RootfsName), since, limit)
 }
 
 // sandboxLogs implements Logs for the sandbox directory dir and the rootfs at

@@ -112,7 +112,7 @@ func (b *Backend) pauseFilesystem(ctx context.Context, s *sandbox, rt runtime.Ru
 	if err := rt.Kill(ctx, s.ID); err != nil {
 		return b.undoStop(ctx, s, rt, fmt.Errorf("stop container: %w", err))
 	}
-	if err := b.rootfs.Unmount(ctx, b.sandboxDir(s.ID)); err != nil {
+	if err := b.rootfs.Unmount(ctx, b.disk(s.ID, s.IDs)); err != nil {
 		// Resume remounts an overlay that is still mounted; Kill releases it.
 		b.log.Warn("unmount rootfs of paused sandbox", "sandbox", s.ID, "err", err)
 	}
@@ -147,7 +147,7 @@ func (b *Backend) pauseCheckpoint(ctx context.Context, s *sandbox, rt runtime.Ru
 	if err := rt.Kill(ctx, s.ID); err != nil {
 		b.log.Warn("delete checkpointed container", "sandbox", s.ID, "err", err)
 	}
-	if err := b.rootfs.Unmount(ctx, b.sandboxDir(s.ID)); err != nil {
+	if err := b.rootfs.Unmount(ctx, b.disk(s.ID, s.IDs)); err != nil {
 		b.log.Warn("unmount rootfs of paused sandbox", "sandbox", s.ID, "err", err)
 	}
 	return nil
@@ -279,20 +279,24 @@ func (b *Backend) restore(ctx context.Context, s *sandbox, rt runtime.Runtime) (
 	return nil
 }
 
-// prepareStart remounts the disk, re-checks the network namespace and removes any
-// leftover container record so the ID can be created again.
+// prepareStart removes any leftover container record so the ID can be created
+// again, re-checks the network namespace (and the user namespace, rebuilt with
+// it), the run dir and the bundle's id mapping, and remounts the disk.
 func (b *Backend) prepareStart(ctx context.Context, s *sandbox, rt runtime.Runtime) error {
 	if err := rt.Kill(ctx, s.ID); err != nil {
 		return fmt.Errorf("remove leftover container: %w", err)
 	}
-	if _, err := b.rootfs.Remount(ctx, b.sandboxDir(s.ID), s.Lower); err != nil {
-		return fmt.Errorf("remount rootfs: %w", err)
-	}
 	if err := b.ensureNetwork(ctx, s); err != nil {
-		if uerr := b.rootfs.Unmount(context.WithoutCancel(ctx), b.sandboxDir(s.ID)); uerr != nil {
-			b.log.Warn("unmount rootfs", "sandbox", s.ID, "err", uerr)
-		}
 		return err
+	}
+	if err := b.prepareRunDir(s); err != nil {
+		return err
+	}
+	if err := b.syncBundleIDs(s, rt); err != nil {
+		return err
+	}
+	if _, err := b.rootfs.Remount(ctx, b.disk(s.ID, s.IDs), s.Lower); err != nil {
+		return fmt.Errorf("remount rootfs: %w", err)
 	}
 	return nil
 }
@@ -304,7 +308,7 @@ func (b *Backend) unwindStart(ctx context.Context, s *sandbox, rt runtime.Runtim
 	if err := rt.Kill(ctx, s.ID); err != nil {
 		b.log.Warn("remove container after failed start", "sandbox", s.ID, "err", err)
 	}
-	if err := b.rootfs.Unmount(ctx, b.sandboxDir(s.ID)); err != nil {
+	if err := b.rootfs.Unmount(ctx, b.disk(s.ID, s.IDs)); err != nil {
 		b.log.Warn("unmount rootfs after failed start", "sandbox", s.ID, "err", err)
 	}
 }

@@ -29,7 +29,8 @@ type container struct {
 //     (adopted running, partial image removed); otherwise a complete image is
 //     adopted paused (checkpoint), an incomplete one is lost.
 //
-// Its network namespace is re-registered. Every container, sandbox directory,
+// Its id range is leased again (see reclaimIDs) and its network namespace is
+// re-registered. Every container, sandbox directory,
 // mount and network namespace that is not adopted is destroyed, so nothing leaks
 // across a crash of the server.
 func (b *Backend) Recover(ctx context.Context, known []string) ([]backend.Instance, error) {
@@ -86,6 +87,9 @@ func (b *Backend) adopt(ctx context.Context, id string, c container, hasContaine
 	}
 	if hasContainer {
 		s.Runtime = c.rt.Name()
+	}
+	if err := b.reclaimIDs(ctx, s, hasContainer && alive(c.state)); err != nil {
+		return nil, fmt.Errorf("re-claim id range: %w", err)
 	}
 	var running bool
 	switch {
@@ -147,7 +151,7 @@ func (b *Backend) adoptContainer(s *sandbox, c container) (bool, error) {
 	if !alive(c.state) {
 		return false, fmt.Errorf("container is %s", c.state.Status)
 	}
-	if !b.rootfs.Mounted(b.sandboxDir(s.ID)) {
+	if !b.rootfs.Mounted(b.disk(s.ID, s.IDs)) {
 		return false, errors.New("rootfs no longer mounted")
 	}
 	if s.PauseMode == backend.PauseCheckpoint {
@@ -173,7 +177,7 @@ func (b *Backend) adoptStopped(ctx context.Context, s *sandbox, c container, has
 			return fmt.Errorf("stop container of paused sandbox: %w", err)
 		}
 	}
-	if err := b.rootfs.Unmount(ctx, b.sandboxDir(s.ID)); err != nil {
+	if err := b.rootfs.Unmount(ctx, b.disk(s.ID, s.IDs)); err != nil {
 		b.log.Warn("unmount rootfs of paused sandbox", "sandbox", s.ID, "err", err)
 	}
 	s.Paused = true
@@ -194,7 +198,7 @@ func (b *Backend) adoptCheckpointed(ctx context.Context, s *sandbox, c container
 			return fmt.Errorf("delete checkpointed container: %w", err)
 		}
 	}
-	if err := b.rootfs.Unmount(ctx, b.sandboxDir(s.ID)); err != nil {
+	if err := b.rootfs.Unmount(ctx, b.disk(s.ID, s.IDs)); err != nil {
 		b.log.Warn("unmount rootfs of paused sandbox", "sandbox", s.ID, "err", err)
 	}
 	s.Paused = true
@@ -209,20 +213,27 @@ func (b *Backend) keepDisk(s *sandbox) error {
 	return nil
 }
 
-// sweepDirs destroys sandbox directories that belong to no adopted sandbox.
+// sweepDirs destroys the sandbox directories (in Dir and RunDir) that belong
+// to no adopted sandbox.
 func (b *Backend) sweepDirs(ctx context.Context, adopted map[string]bool) []error {
-	entries, err := os.ReadDir(b.cfg.Dir)
-	if err != nil {
-		return []error{fmt.Errorf("read sandboxes dir: %w", err)}
-	}
 	var errs []error
-	for _, e := range entries {
-		if !e.IsDir() || adopted[e.Name()] {
+	seen := map[string]bool{}
+	for _, dir := range []string{b.cfg.Dir, b.cfg.RunDir} {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("read sandboxes dir: %w", err))
 			continue
 		}
-		b.log.Info("removing leftover sandbox resources", "sandbox", e.Name())
-		if err := b.destroy(ctx, e.Name(), ""); err != nil {
-			errs = append(errs, err)
+		for _, e := range entries {
+			id := e.Name()
+			if !e.IsDir() || adopted[id] || seen[id] {
+				continue
+			}
+			seen[id] = true
+			b.log.Info("removing leftover sandbox resources", "sandbox", id)
+			if err := b.destroy(ctx, id, ""); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errs
