@@ -8,8 +8,8 @@ LDFLAGS := -s -w -X github.com/cubby-dev/cubby/internal/cli.Version=$(VERSION)
 
 all: build
 
-## build: the static cubby binary (server, agent and CLI in one), in bin/cubby
-build:
+## build: the static cubby binary (server, agent and CLI in one), in bin/cubby, and the pinned runc next to it
+build: runc
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/cubby
 
 ## generate: envd Connect code from proto/ (protoc + protoc-gen-go + protoc-gen-connect-go) and the REST types from api/openapi.yaml (oapi-codegen)
@@ -44,7 +44,7 @@ templates: build
 test-unit:
 	$(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v -e /test/ -e /sdk -e /examples/)
 
-test-integration: templates runsc
+test-integration: templates runsc runc
 	CUBBY_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m ./test/integration/... ./test/security/... ./test/cli/... ./test/mcp/... ./test/dashboard/... ./sdk/... ./examples/go/...
 
 test-compat: templates
@@ -66,6 +66,16 @@ $(RUNSC): tools/runsc/go.mod tools/runsc/go.sum
 	cd tools/runsc && CGO_ENABLED=0 $(GO) build -trimpath -o $(abspath $(RUNSC)) \
 		-ldflags "-s -w -X gvisor.dev/gvisor/runsc/version.version=$$($(GO) list -m -f '{{.Version}}' gvisor.dev/gvisor)" \
 		gvisor.dev/gvisor/runsc
+
+## runc: the runc OCI runtime in bin/runc, built from the pinned tools module tools/runc (cgo with libseccomp, as
+## runc's own release builds; stripped; cached: rebuilt only when that module changes). The server prefers it to PATH.
+RUNC ?= bin/runc
+.PHONY: runc
+runc: $(RUNC)
+
+$(RUNC): tools/runc/go.mod tools/runc/go.sum
+	cd tools/runc && CGO_ENABLED=1 $(GO) build -trimpath -tags "seccomp urfave_cli_no_docs" -ldflags "-s -w" \
+		-o $(abspath $(RUNC)) github.com/opencontainers/runc
 
 fmt:
 	gofmt -l -w $$(git ls-files '*.go')

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Installs the host packages Cubby needs on Debian bookworm (idempotent):
-# runc (OCI runtime), mmdebstrap (template builds), nftables, e2fsprogs (sandbox
-# disks), busybox-static (test rootfs trees), plus Node.js/npm and Python for the
-# official SDK suites when they are missing. With --test it also installs what the
+# gcc, pkg-config and libseccomp-dev (to build the pinned runc, `make runc`; the
+# distribution's runc lacks the 2025 escape fixes), mmdebstrap (template builds),
+# nftables, e2fsprogs (sandbox disks), busybox-static (test rootfs trees), plus
+# Node.js/npm and Python for the official SDK suites when they are missing. With
+# --test it also installs what the
 # Go tests of the kernel manager drive on the host: ipykernel, matplotlib, pandas,
 # IRkernel and Deno's Jupyter kernel; Debian's chromium, which the dashboard
 # tests drive headless; and python3-venv for the MCP Python client check
 # (test/mcp/python makes its own venv from its requirements.txt); iproute2 (ss:
 # the egress security tests list the egress proxy's sockets).
 set -euo pipefail
-pkgs=(runc mmdebstrap nftables e2fsprogs busybox-static ca-certificates curl)
+pkgs=(gcc pkg-config libseccomp-dev mmdebstrap nftables e2fsprogs busybox-static ca-certificates curl)
 if [ "${1:-}" = --test ]; then
   pkgs+=(python3-ipykernel python3-matplotlib python3-pandas python3-pytest python3-pil r-cran-irkernel chromium python3-venv iproute2)
 fi

@@ -13,7 +13,7 @@ mkdir -p "$DATA_DIR"
 chmod 700 "$DATA_DIR"
 
 scripts/install-deps.sh
-echo "==> building bin/cubby"
+echo "==> building bin/cubby and the pinned runc (bin/runc)"
 make -s build
 
 # A key the quickstart can use; the server also accepts it through CUBBY_API_KEY.
