@@ -28,15 +28,19 @@ import (
 	"github.com/cubby-dev/cubby/internal/runtime/runsc"
 	"github.com/cubby-dev/cubby/internal/template"
 	"github.com/cubby-dev/cubby/internal/testserver"
+	"github.com/cubby-dev/cubby/internal/userns"
 )
 
 // gvisorEnv drives the local backend directly with the gVisor runtime (below the
 // server; TestGVisorAPICheckpointCycles goes through `cubby serve --runtime
 // runsc`): the real agent binary, the base template, a bridge,
-// subnet and netns prefix of its own.
+// subnet and netns prefix of its own, and user namespaces as `cubby serve`
+// gives them by default (id ranges from the host-wide allocator, a run dir
+// below /run/cubby).
 type gvisorEnv struct {
 	t      *testing.T
 	dir    string
+	runDir string
 	lower  string
 	net    *network.Manager
 	fs     *rootfs.Manager
@@ -68,7 +72,8 @@ func newGvisorEnv(t *testing.T) *gvisorEnv {
 		t.Skipf("base template not built in %s (`make templates`): %v", tdir, err)
 	}
 	suffix := randHex(2)
-	e := &gvisorEnv{t: t, dir: t.TempDir(), lower: info.RootfsDir, prefix: "cbg" + suffix + "-"}
+	e := &gvisorEnv{t: t, dir: t.TempDir(), runDir: "/run/cubby/test-" + randHex(6), lower: info.RootfsDir, prefix: "cbg" + suffix + "-"}
+	t.Cleanup(func() { _ = os.RemoveAll(e.runDir) })
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	e.net, err = network.New(network.Config{
 		Bridge: "cbgv" + suffix, Subnet: mustPrefix(t, freeSubnet(t)), Prefix: e.prefix,
@@ -88,7 +93,13 @@ func newGvisorEnv(t *testing.T) *gvisorEnv {
 }
 
 func (e *gvisorEnv) newBackend(bin string, log *slog.Logger) *local.Backend {
-	b, err := local.New(local.Config{Dir: filepath.Join(e.dir, "sandboxes"), AgentBinary: bin},
+	creator, err := userns.NewCreator(bin)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { creator.Close() })
+	b, err := local.New(local.Config{Dir: filepath.Join(e.dir, "sandboxes"), RunDir: e.runDir, AgentBinary: bin,
+		Userns: true, IDs: userns.NewAllocator(""), Namespaces: creator},
 		[]runtime.Runtime{e.rt}, e.net, e.fs, log)
 	if err != nil {
 		e.t.Fatal(err)
@@ -220,6 +231,7 @@ func (sb *gsandbox) waitCounterPast(t *testing.T, id string, n int) {
 func (e *gvisorEnv) leakOptions() leaks.Options {
 	return leaks.Options{
 		SandboxesDir: filepath.Join(e.dir, "sandboxes"),
+		RunDir:       e.runDir,
 		RuntimeRoots: []string{filepath.Join(e.dir, "runsc")},
 	}
 }
@@ -243,8 +255,38 @@ func (e *gvisorEnv) settle(t *testing.T, id, what string, ok func(leaks.Resource
 	}
 }
 
+// wantUnprivileged fails unless the gVisor sandbox and gofer processes of
+// sandbox id run as the root of the id range leased to it (runsc creates the
+// user namespace from the bundle's mapping), not as host root.
+func (e *gvisorEnv) wantUnprivileged(t *testing.T, id string) {
+	t.Helper()
+	r, err := leaks.Scan(e.leakOptions(), id, netipZero)
+	if err != nil || r.Lease == "" {
+		t.Fatalf("no id range leased to %s: %v %s", id, err, r)
+	}
+	var found int
+	for _, p := range r.Processes {
+		pid, _, _ := strings.Cut(p, " ")
+		status, err := os.ReadFile("/proc/" + pid + "/status")
+		if err != nil || !strings.Contains(p, "runsc-") {
+			continue
+		}
+		for line := range strings.SplitSeq(string(status), "\n") {
+			if f := strings.Fields(line); len(f) == 5 && f[0] == "Uid:" {
+				found++
+				if f[1] != r.Lease || f[2] != r.Lease {
+					t.Errorf("%s runs as host uid %s, want the range's root %s", p, f[1], r.Lease)
+				}
+			}
+		}
+	}
+	if found == 0 {
+		t.Fatalf("no runsc process of %s found: %s", id, r)
+	}
+}
+
 func stoppedOnDisk(r leaks.Resources) bool {
-	return !r.Running() && r.Dir && len(r.Netns) == 1 && len(r.Veths) == 1
+	return !r.Running() && r.Dir && len(r.Netns) == 1 && len(r.Veths) == 1 && len(r.Userns) == 1 && r.Lease != ""
 }
 
 // TestGVisorCheckpointCycles: pause on gVisor checkpoints to disk and frees the
@@ -255,6 +297,12 @@ func stoppedOnDisk(r leaks.Resources) bool {
 func TestGVisorCheckpointCycles(t *testing.T) {
 	e := newGvisorEnv(t)
 	sb := e.create(t)
+	e.wantUnprivileged(t, sb.id)
+	// The idmapped rootfs shows the template's owners inside; files written
+	// inside keep the writer's id.
+	if got := sb.run(t, "stat -c %u /usr/bin/sudo /root && touch /home/user/own && stat -c %u /home/user/own"); got != "0\n0\n1000\n" {
+		t.Fatalf("owners inside gVisor: %q", got)
+	}
 	ctx := ctxT(t, 30*time.Minute)
 	sb.startPython(t)
 	proc, n := sb.pythonSnapshot(t)

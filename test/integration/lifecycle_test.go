@@ -85,10 +85,11 @@ func (sb *sandbox) mustRun(ctx context.Context, t *testing.T, cmd, want string) 
 }
 
 // leakOptions says where this server keeps host resources (server layout:
-// <data>/sandboxes, <data>/runc, <data>/runsc; nft table cubby_<bridge>).
+// <data>/sandboxes, --run-dir, <data>/runc, <data>/runsc; nft table cubby_<bridge>).
 func (s *server) leakOptions() leaks.Options {
 	return leaks.Options{
 		SandboxesDir: filepath.Join(s.DataDir, "sandboxes"),
+		RunDir:       s.RunDir,
 		RuntimeRoots: []string{filepath.Join(s.DataDir, "runc"), filepath.Join(s.DataDir, "runsc")},
 		NftTable:     "cubby_" + s.Bridge,
 	}
@@ -129,11 +130,12 @@ func (s *server) wantGone(t *testing.T, id string) {
 }
 
 // wantStopped fails unless sandbox id holds only what a pause to disk keeps: its
-// directory (disk image), netns and veth; no container, cgroup, mount or process.
+// directory (disk image), netns, user namespace, id range and veth; no
+// container, cgroup, mount or process.
 func (s *server) wantStopped(t *testing.T, id string) {
 	t.Helper()
 	s.settle(t, id, "paused to disk holds", func(r leaks.Resources) bool {
-		return !r.Running() && r.Dir && len(r.Netns) == 1 && len(r.Veths) == 1
+		return !r.Running() && r.Dir && len(r.Netns) == 1 && len(r.Veths) == 1 && len(r.Userns) == 1 && r.Lease != ""
 	})
 }
 
@@ -142,7 +144,7 @@ func (s *server) wantRunning(t *testing.T, id string) {
 	t.Helper()
 	r := s.resources(t, id, netip.Addr{})
 	if len(r.Mounts) == 0 || len(r.Cgroups) == 0 || len(r.States) == 0 || len(r.Processes) == 0 ||
-		len(r.Netns) != 1 || len(r.Veths) != 1 {
+		len(r.Netns) != 1 || len(r.Veths) != 1 || len(r.Userns) != 1 || r.Lease == "" {
 		t.Fatalf("running sandbox %s lacks resources: %s", id, r)
 	}
 }

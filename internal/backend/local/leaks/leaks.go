@@ -1,9 +1,9 @@
 // Package leaks inventories the host resources the local backend holds for one
-// sandbox: mounts and loop devices of its disk, its network namespace file, host
-// veth and the nftables set elements naming it, its cgroup directories, runtime state
-// directories, and processes. Tests use it to prove that kills, failures, pauses
-// and server restarts leave nothing behind (or exactly what a paused sandbox must
-// keep). It reads /proc, /sys and nf_tables only; it changes nothing.
+// sandbox: mounts and loop devices of its disk, its network and user namespace
+// files, host veth and the nftables set elements naming it, its id range lease,
+// its cgroup directories, runtime state directories, and processes. Tests use
+// it to prove that kills, failures, pauses and server restarts leave nothing
+// behind (or exactly what a paused sandbox must keep). It reads /proc, /sys and nf_tables only; it changes nothing.
 package leaks
 
 import (
@@ -18,6 +18,8 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
+
+	"github.com/cubby-dev/cubby/internal/userns"
 )
 
 // Options say where one server keeps its host resources. Zero fields take the
@@ -25,6 +27,10 @@ import (
 type Options struct {
 	// SandboxesDir is the backend's sandbox directory (local.Config.Dir). Required.
 	SandboxesDir string
+	// RunDir is the backend's run directory (local.Config.RunDir); "" = none.
+	RunDir string
+	// LeaseDir holds the id range leases; default userns.DefaultLeaseDir.
+	LeaseDir string
 	// RuntimeRoots are the state roots of the runtimes (runc/runsc --root).
 	RuntimeRoots []string
 	// NetnsDir holds the netns files; default /run/netns.
@@ -40,8 +46,10 @@ type Options struct {
 
 // Resources is what exists on the host for one sandbox.
 type Resources struct {
-	Dir        bool     // its sandbox directory exists
-	Mounts     []string // mount points at or below its directory
+	Dir        bool     // its sandbox directory or its run directory exists
+	Mounts     []string // mount points at or below its directories, but namespace files
+	Userns     []string // user namespace files (nsfs mounts) in its directory
+	Lease      string   // the id range leased to its directory ("" = none)
 	Loops      []string // loop devices backed by a file in its directory
 	Netns      []string // netns files naming it
 	Veths      []string // host links whose alias names it
@@ -60,13 +68,13 @@ func (r Resources) Running() bool {
 
 // Empty reports whether nothing at all is left.
 func (r Resources) Empty() bool {
-	return !r.Dir && !r.Running() && len(r.Netns)+len(r.Veths)+len(r.Firewall) == 0 && !r.NoInternet
+	return !r.Dir && !r.Running() && len(r.Netns)+len(r.Veths)+len(r.Firewall)+len(r.Userns) == 0 && !r.NoInternet && r.Lease == ""
 }
 
 // String lists the resources found, for test failure messages.
 func (r Resources) String() string {
-	return fmt.Sprintf("dir=%v mounts=%v loops=%v netns=%v veths=%v noinet=%v firewall=%v cgroups=%v states=%v pids=%v",
-		r.Dir, r.Mounts, r.Loops, r.Netns, r.Veths, r.NoInternet, r.Firewall, r.Cgroups, r.States, r.Processes)
+	return fmt.Sprintf("dir=%v mounts=%v userns=%v lease=%q loops=%v netns=%v veths=%v noinet=%v firewall=%v cgroups=%v states=%v pids=%v",
+		r.Dir, r.Mounts, r.Userns, r.Lease, r.Loops, r.Netns, r.Veths, r.NoInternet, r.Firewall, r.Cgroups, r.States, r.Processes)
 }
 
 func (o *Options) defaults() {
@@ -78,6 +86,9 @@ func (o *Options) defaults() {
 	}
 	if o.CgroupParent == "" {
 		o.CgroupParent = "cubby"
+	}
+	if o.LeaseDir == "" {
+		o.LeaseDir = userns.DefaultLeaseDir
 	}
 }
 
@@ -91,12 +102,20 @@ func Scan(o Options, id string, addr netip.Addr) (Resources, error) {
 	}
 	var r Resources
 	dir := filepath.Join(o.SandboxesDir, id)
-	_, err := os.Lstat(dir)
-	r.Dir = err == nil
+	dirs := []string{dir}
+	if o.RunDir != "" {
+		dirs = append(dirs, filepath.Join(o.RunDir, id))
+	}
 	var errs []error
+	for _, d := range dirs {
+		_, err := os.Lstat(d)
+		r.Dir = r.Dir || err == nil
+		mounts, userns, err := mountsBelow(d)
+		r.Mounts, r.Userns = append(r.Mounts, mounts...), append(r.Userns, userns...)
+		errs = append(errs, err)
+	}
+	r.Lease = leaseOf(o.LeaseDir, dir)
 	var e error
-	r.Mounts, e = mountsBelow(dir)
-	errs = append(errs, e)
 	r.Loops, e = loopsBelow(dir)
 	errs = append(errs, e)
 	r.Netns = globNames(o.NetnsDir, "*"+id)
@@ -125,24 +144,41 @@ func runtimeState(root, id string) []string {
 	return append(out, globNames(root, "runsc-"+id+".sock")...)
 }
 
-// mountsBelow lists mount points at or below dir from /proc/self/mountinfo.
-func mountsBelow(dir string) ([]string, error) {
+// mountsBelow lists mount points at or below dir from /proc/self/mountinfo:
+// user namespace files (nsfs, root "user:[...]") apart.
+func mountsBelow(dir string) (mounts, userns []string, err error) {
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
-		return nil, fmt.Errorf("read mountinfo: %w", err)
+		return nil, nil, fmt.Errorf("read mountinfo: %w", err)
 	}
-	var out []string
 	for line := range strings.SplitSeq(string(data), "\n") {
 		f := strings.Fields(line)
 		if len(f) < 5 {
 			continue
 		}
 		p := unescape(f[4])
-		if p == dir || strings.HasPrefix(p, dir+"/") {
-			out = append(out, p)
+		switch {
+		case p != dir && !strings.HasPrefix(p, dir+"/"):
+		case strings.HasPrefix(f[3], "user:["):
+			userns = append(userns, p)
+		default:
+			mounts = append(mounts, p)
 		}
 	}
-	return out, nil
+	return mounts, userns, nil
+}
+
+// leaseOf returns the name of the lease in leaseDir held by owner, "" if none
+// (see userns.Allocator: a lease file holds its owner's path).
+func leaseOf(leaseDir, owner string) string {
+	entries, _ := os.ReadDir(leaseDir)
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(leaseDir, e.Name()))
+		if err == nil && strings.TrimSuffix(string(b), "\n") == owner {
+			return e.Name()
+		}
+	}
+	return ""
 }
 
 // unescape decodes mountinfo's octal escapes (\040 for space etc.).
