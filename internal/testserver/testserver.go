@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/cubby-dev/cubby/internal/rootfs/mountinfo"
+	"github.com/cubby-dev/cubby/internal/server"
 	"golang.org/x/sys/unix"
 	"net/http"
 	"os"
@@ -59,7 +60,7 @@ type Server struct {
 	Addr         string // host:port of the API and gateway on 127.0.0.1
 	Key          string // the accepted API key ("e2b_" + 40 hex digits)
 	DataDir      string // --data-dir
-	RunDir       string // --run-dir, /run/cubby/test-<12 hex digits>
+	RunDir       string // the server's default run dir (server.DefaultRunDir of DataDir)
 	TemplatesDir string // --templates-dir
 	Bridge       string // --bridge; its nftables table is "cubby_" + Bridge
 	Subnet       string // --subnet, a 10.x.y.0/24
@@ -158,15 +159,15 @@ func newServer(opts Options, dataDir string) (*Server, error) {
 	}
 	s := &Server{
 		Bin: os.Getenv("CUBBY_BIN"), Addr: fmt.Sprintf("127.0.0.1:%d", port), Key: "e2b_" + RandHex(20),
-		DataDir: dataDir, RunDir: "/run/cubby/test-" + RandHex(6), TemplatesDir: tdir, Bridge: prefix + RandHex(2), Subnet: subnet,
+		DataDir: dataDir, RunDir: server.DefaultRunDir(dataDir), TemplatesDir: tdir, Bridge: prefix + RandHex(2), Subnet: subnet,
 		LogPath: filepath.Join(dataDir, "server.log"), healthTimeout: opts.HealthTimeout,
 		client: &http.Client{Transport: &http.Transport{}},
 	}
 	if s.healthTimeout == 0 {
 		s.healthTimeout = DefaultHealthTimeout
 	}
-	s.args = append([]string{"serve", "--listen", s.Addr, "--data-dir", dataDir, "--run-dir", s.RunDir,
-		"--templates-dir", tdir, "--bridge", s.Bridge, "--subnet", subnet}, opts.Args...)
+	s.args = append([]string{"serve", "--listen", s.Addr, "--data-dir", dataDir, "--templates-dir", tdir,
+		"--bridge", s.Bridge, "--subnet", subnet}, opts.Args...)
 	return s, nil
 }
 

@@ -7,9 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -193,4 +195,42 @@ func readInt(t *testing.T, path string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// BenchmarkCreate measures Create (two helper processes, the maps, two bind
+// mounts) plus Remove of both files, reporting the median in ms.
+func BenchmarkCreate(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := NewCreator(exe)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	owner := b.TempDir()
+	a := NewAllocator("")
+	r, err := a.Claim(owner, Range{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Release(owner, r)
+	user, net := filepath.Join(owner, "user"), filepath.Join(owner, "net")
+	var ds []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		if err := c.Create(context.Background(), r, user, net); err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, time.Since(t0))
+		if err := errors.Join(Remove(user), Remove(net)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	slices.Sort(ds)
+	b.ReportMetric(float64(ds[len(ds)/2])/float64(time.Millisecond), "create-ms")
 }

@@ -18,93 +18,32 @@ import (
 
 	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/backend"
-	"github.com/cubby-dev/cubby/internal/backend/local"
 	"github.com/cubby-dev/cubby/internal/backend/local/leaks"
 	"github.com/cubby-dev/cubby/internal/envdpb/process"
 	"github.com/cubby-dev/cubby/internal/envdpb/process/processconnect"
-	"github.com/cubby-dev/cubby/internal/network"
-	"github.com/cubby-dev/cubby/internal/rootfs"
 	"github.com/cubby-dev/cubby/internal/runtime"
 	"github.com/cubby-dev/cubby/internal/runtime/runsc"
-	"github.com/cubby-dev/cubby/internal/template"
 	"github.com/cubby-dev/cubby/internal/testserver"
-	"github.com/cubby-dev/cubby/internal/userns"
 )
 
-// gvisorEnv drives the local backend directly with the gVisor runtime (below the
-// server; TestGVisorAPICheckpointCycles goes through `cubby serve --runtime
-// runsc`): the real agent binary, the base template, a bridge,
-// subnet and netns prefix of its own, and user namespaces as `cubby serve`
-// gives them by default (id ranges from the host-wide allocator, a run dir
-// below /run/cubby).
+// gvisorEnv is a backendEnv with the gVisor runtime, with user namespaces
+// (TestGVisorAPICheckpointCycles goes through `cubby serve --runtime runsc`).
 type gvisorEnv struct {
-	t      *testing.T
-	dir    string
-	runDir string
-	lower  string
-	net    *network.Manager
-	fs     *rootfs.Manager
-	rt     *runsc.Runtime
-	b      *local.Backend
-	prefix string
+	*backendEnv
+	t  *testing.T
+	rt *runsc.Runtime
 }
 
 func newGvisorEnv(t *testing.T) *gvisorEnv {
 	t.Helper()
-	bin := os.Getenv("CUBBY_BIN")
-	if bin == "" || os.Geteuid() != 0 {
-		t.Skip("needs root and CUBBY_BIN; run through `make test-integration`")
-	}
-	wd, _ := os.Getwd()
-	runscBin := filepath.Join(wd, "..", "..", "bin", "runsc")
-	if p := os.Getenv("CUBBY_RUNSC"); p != "" {
-		runscBin = p
-	}
-	if _, err := os.Stat(runscBin); err != nil {
-		t.Skipf("gVisor tests need bin/runsc (`make runsc`): %v", err)
-	}
-	tdir := os.Getenv("CUBBY_TEMPLATES_DIR")
-	if tdir == "" {
-		tdir = filepath.Join(wd, "..", "..", ".cache", "templates")
-	}
-	info, err := template.NewManager(tdir, nil).Get("base")
-	if err != nil {
-		t.Skipf("base template not built in %s (`make templates`): %v", tdir, err)
-	}
-	suffix := randHex(2)
-	e := &gvisorEnv{t: t, dir: t.TempDir(), runDir: "/run/cubby/test-" + randHex(6), lower: info.RootfsDir, prefix: "cbg" + suffix + "-"}
-	t.Cleanup(func() { _ = os.RemoveAll(e.runDir) })
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	e.net, err = network.New(network.Config{
-		Bridge: "cbgv" + suffix, Subnet: mustPrefix(t, freeSubnet(t)), Prefix: e.prefix,
-	}, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.net.Setup(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.net.Teardown(context.Background()); _ = e.net.Close() })
-	e.fs = rootfs.New(filepath.Join(e.dir, "disks"), log)
-	e.rt = runsc.New(runscBin, filepath.Join(e.dir, "runsc"), runsc.Options{}, log)
-	t.Cleanup(func() { _ = e.rt.ReleaseRoot() })
-	e.b = e.newBackend(bin, log)
+	runscBin := runscBinary(t)
+	e := &gvisorEnv{t: t}
+	e.backendEnv = newBackendEnv(t, "cbg", true, func(root string, log *slog.Logger) runtime.Runtime {
+		e.rt = runsc.New(runscBin, root, runsc.Options{}, log)
+		t.Cleanup(func() { _ = e.rt.ReleaseRoot() })
+		return e.rt
+	})
 	return e
-}
-
-func (e *gvisorEnv) newBackend(bin string, log *slog.Logger) *local.Backend {
-	creator, err := userns.NewCreator(bin)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { creator.Close() })
-	b, err := local.New(local.Config{Dir: filepath.Join(e.dir, "sandboxes"), RunDir: e.runDir, AgentBinary: bin,
-		Userns: true, IDs: userns.NewAllocator(""), Namespaces: creator},
-		[]runtime.Runtime{e.rt}, e.net, e.fs, log)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return b
 }
 
 // gsandbox is a sandbox of the gVisor environment with an envd process client.
@@ -225,14 +164,6 @@ func (sb *gsandbox) waitCounterPast(t *testing.T, id string, n int) {
 			t.Fatalf("python counter stuck at %d", m)
 		}
 		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func (e *gvisorEnv) leakOptions() leaks.Options {
-	return leaks.Options{
-		SandboxesDir: filepath.Join(e.dir, "sandboxes"),
-		RunDir:       e.runDir,
-		RuntimeRoots: []string{filepath.Join(e.dir, "runsc")},
 	}
 }
 
@@ -423,7 +354,7 @@ func TestGVisorRecover(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = e.b.Close() // the old server is gone; its watchers stop acting
-	e.b = e.newBackend(os.Getenv("CUBBY_BIN"), slog.New(slog.DiscardHandler))
+	e.b = e.newBackend(slog.New(slog.DiscardHandler))
 	insts, err := e.b.Recover(ctx, []string{running.id, ckpt.id, fs.id})
 	if err != nil {
 		t.Fatalf("recover: %v", err)
@@ -463,18 +394,22 @@ func TestGVisorRecover(t *testing.T) {
 
 // runscBinary returns bin/runsc of the repository (or CUBBY_RUNSC), skipping the
 // test with how to build it when it is absent.
-func runscBinary(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("CUBBY_RUNSC"); p != "" {
+func runscBinary(t *testing.T) string { return repoBinary(t, "runsc", "CUBBY_RUNSC") }
+
+// repoBinary returns $env, else bin/<name> of the repository, skipping tb with
+// how to build it when it is absent.
+func repoBinary(tb testing.TB, name, env string) string {
+	tb.Helper()
+	if p := os.Getenv(env); p != "" {
 		return p
 	}
 	root, err := testserver.RepoRoot()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	p := filepath.Join(root, "bin", "runsc")
+	p := filepath.Join(root, "bin", name)
 	if _, err := os.Stat(p); err != nil {
-		t.Skipf("gVisor tests need bin/runsc, build it with `make runsc`: %v", err)
+		tb.Skipf("needs bin/%s, build it with `make %s`: %v", name, name, err)
 	}
 	return p
 }
@@ -595,7 +530,7 @@ func releaseNullNetns(t *testing.T, ts *testserver.Server, runscBin string) {
 
 var netipZero netip.Addr
 
-func mustPrefix(t *testing.T, s string) netip.Prefix {
+func mustPrefix(t testing.TB, s string) netip.Prefix {
 	t.Helper()
 	p, err := netip.ParsePrefix(s)
 	if err != nil {

@@ -34,7 +34,7 @@ func startServer(t *testing.T) *server {
 }
 
 // freeSubnet picks a random 10.x.y.0/24 that no route on the host uses.
-func freeSubnet(t *testing.T) string {
+func freeSubnet(t testing.TB) string {
 	t.Helper()
 	subnet, err := testserver.FreeSubnet()
 	if err != nil {
