@@ -243,3 +243,46 @@ func checkInert(t *testing.T, m mountinfo.Mount, dir string, deviceMade bool) {
 		t.Errorf("the host opened the device node the sandbox made, through %s", m.Point)
 	}
 }
+
+// TestUsernsOff: with --userns=false root inside is host root again (for hosts
+// that need it), sudo still works, and what the sandbox writes is still inert
+// on the host: its disk is mounted nosuid,nodev, and its root filesystem (where
+// setuid must keep working for sudo) sits in a directory only host root can
+// enter.
+func TestUsernsOff(t *testing.T) {
+	s := startServer(t, "--userns=false")
+	sbx := s.create(t, "base")
+	if r := asRoot(t, sbx, "head -1 /proc/self/uid_map"); strings.Join(strings.Fields(r.Out), " ") != "0 0 4294967295" {
+		t.Errorf("uid_map with --userns=false: %q", r.Out)
+	}
+	if r := run(t, sbx, "user", "sudo -n id -u"); r.Code != 0 || r.Out != "0\n" {
+		t.Errorf("sudo: %q (exit %d)", r.Out, r.Code)
+	}
+	mounts, err := mountinfo.Read(mountinfo.SelfPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var layers, overlays int
+	for _, m := range mounts {
+		switch {
+		case !strings.Contains(m.Point, sbx.ID()):
+		case m.FSType == "ext4":
+			layers++
+			if !m.HasOpt("nosuid") || !m.HasOpt("nodev") {
+				t.Errorf("disk %s mounted %q, want nosuid,nodev", m.Point, m.Options)
+			}
+		case m.FSType == "overlay":
+			overlays++
+			var st unix.Stat_t
+			if err := unix.Stat(filepath.Dir(m.Point), &st); err != nil || st.Uid != 0 || st.Mode&0o077 != 0 {
+				t.Errorf("root filesystem %s lies in a directory others can enter (mode %o, uid %d, %v)", m.Point, st.Mode&0o777, st.Uid, err)
+			}
+			if !m.HasOpt("nodev") {
+				t.Errorf("root filesystem %s mounted %q, want nodev", m.Point, m.Options)
+			}
+		}
+	}
+	if layers != 1 || overlays != 1 {
+		t.Fatalf("host mounts of %s: %d disks, %d root filesystems", sbx.ID(), layers, overlays)
+	}
+}
