@@ -450,7 +450,9 @@ func runtimes(ctx context.Context, cfg Config, exe string, log *slog.Logger) ([]
 	if runcBin == "" {
 		return nil, errors.New("no runc binary found (build it with `make runc`, or pass --runc PATH)")
 	}
-	logVersion(ctx, log, "runc", runcBin)
+	if fixed, err := runc.EscapeFixed(logVersion(ctx, log, "runc", runcBin)); err == nil && !fixed {
+		log.Error("this runc lacks the fixes of the 2025 container escapes (CVE-2025-31133, CVE-2025-52565, CVE-2025-52881); use the pinned one (`make runc`, bin/runc next to cubby)", "binary", runcBin)
+	}
 	rc := runc.New(runcBin, filepath.Join(cfg.DataDir, "runc"), log.With("component", "runc"))
 	var rs runtime.Runtime
 	if bin := findTool("runsc", cfg.RunscBinary, exe); bin != "" {
@@ -493,17 +495,19 @@ func findTool(name, flag, exe string) string {
 }
 
 // logVersion logs the first line of `bin --version` (e.g. "runc version
-// 1.5.2"), so the log says which runtime the sandboxes run under.
-func logVersion(ctx context.Context, log *slog.Logger, name, bin string) {
+// 1.5.2"), so the log says which runtime the sandboxes run under, and returns
+// it ("" when unknown).
+func logVersion(ctx context.Context, log *slog.Logger, name, bin string) string {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, bin, "--version").Output()
 	if err != nil {
 		log.Warn("runtime version unknown", "runtime", name, "binary", bin, "err", err)
-		return
+		return ""
 	}
 	first, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
 	log.Info("OCI runtime", "runtime", name, "binary", bin, "version", first)
+	return first
 }
 
 func fileExists(p string) bool {

@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -162,4 +164,38 @@ func (r *Runtime) Pause(ctx context.Context, id string) error {
 // Resume thaws the container with `runc resume`.
 func (r *Runtime) Resume(ctx context.Context, id string) error {
 	return r.cli.OnContainer(ctx, "resume", id)
+}
+
+// EscapeFixed reports whether version, the output of `runc --version` (first
+// line "runc version X.Y.Z[...]"), names a release carrying the fixes of the
+// November 2025 container escapes CVE-2025-31133, CVE-2025-52565 and
+// CVE-2025-52881: 1.2.8, 1.3.3, 1.4.0 and later. Errors: no version number in
+// the output.
+func EscapeFixed(version string) (bool, error) {
+	first, _, _ := strings.Cut(version, "\n")
+	f := strings.Fields(first)
+	if len(f) < 3 || f[0] != "runc" || f[1] != "version" {
+		return false, fmt.Errorf("runc version: unexpected output %q", first)
+	}
+	var v [3]int
+	for i, part := range strings.SplitN(f[2], ".", 3) {
+		digits := part
+		if j := strings.IndexFunc(part, func(r rune) bool { return r < '0' || r > '9' }); j >= 0 {
+			digits = part[:j]
+		}
+		n, err := strconv.Atoi(digits)
+		if err != nil {
+			return false, fmt.Errorf("runc version: unexpected number %q", f[2])
+		}
+		v[i] = n
+	}
+	switch {
+	case v[0] != 1:
+		return v[0] > 1, nil
+	case v[1] == 2:
+		return v[2] >= 8, nil
+	case v[1] == 3:
+		return v[2] >= 3, nil
+	}
+	return v[1] >= 4, nil
 }
