@@ -13,9 +13,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cubby-dev/cubby/internal/runtime"
+	"github.com/cubby-dev/cubby/internal/runtime/ocicli/ocitest"
 )
 
-const runcBinary = "/usr/sbin/runc"
 
 func TestMessages(t *testing.T) {
 	for _, c := range []struct{ log, want string }{
@@ -43,12 +43,17 @@ func TestCheckID(t *testing.T) {
 	}
 }
 
-// runc returns a CLI for the real runc binary on an empty state root.
+// runc returns a CLI for the pinned runc binary (bin/runc) on an empty state
+// root (which exists: runc 1.2 and later fail to list a missing one).
 func runc(t *testing.T) *CLI {
-	if _, err := os.Stat(runcBinary); err != nil || os.Geteuid() != 0 {
-		t.Skip("needs root and runc")
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
 	}
-	return &CLI{Name: "runc", Binary: runcBinary, Flags: []string{"--root", filepath.Join(t.TempDir(), "state")},
+	root := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(root, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return &CLI{Name: "runc", Binary: ocitest.Tool(t, "runc", "CUBBY_RUNC"), Flags: []string{"--root", root},
 		RunFlags: []string{"--log-format", "json"}, NotFound: "does not exist"}
 }
 

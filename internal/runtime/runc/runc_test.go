@@ -19,7 +19,6 @@ import (
 	"github.com/cubby-dev/cubby/internal/runtime/ocicli/ocitest"
 )
 
-const runcBinary = "/usr/sbin/runc"
 
 // waitLimit bounds every wait for a condition inside a container.
 const waitLimit = 20 * time.Second
@@ -31,10 +30,7 @@ type sandbox = ocitest.Sandbox
 func setup(tb testing.TB) *env {
 	tb.Helper()
 	return ocitest.NewEnv(tb, func(tb testing.TB, state string) *Runtime {
-		if _, err := os.Stat(runcBinary); err != nil {
-			tb.Skip("needs runc")
-		}
-		return New(runcBinary, state, nil)
+		return New(ocitest.Tool(tb, "runc", "CUBBY_RUNC"), state, nil)
 	})
 }
 
@@ -178,4 +174,17 @@ func BenchmarkStartKill(b *testing.B) {
 	e := setup(b)
 	sb := e.Prepare(b, 16<<20, oci.Options{Args: []string{"sleep", "1000"}, MemoryBytes: 64 << 20})
 	e.BenchStartKill(b, sb)
+}
+
+// runc 1.2 and later fail `list` on a state root that does not exist yet (a
+// server that never started a container); List reports no containers.
+func TestListWithoutStateRoot(t *testing.T) {
+	e := setup(t)
+	if _, err := os.Stat(e.State); err == nil {
+		t.Fatalf("state root %s exists before the first container", e.State)
+	}
+	got, err := e.RT.List(context.Background())
+	if err != nil || len(got) != 0 {
+		t.Fatalf("List = %v, %v; want none", got, err)
+	}
 }

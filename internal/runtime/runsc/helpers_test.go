@@ -1,11 +1,6 @@
 package runsc
 
 import (
-	"errors"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,41 +11,10 @@ import (
 // waitLimit bounds every wait for a condition inside a container.
 const waitLimit = 30 * time.Second
 
-var (
-	buildOnce sync.Once
-	buildPath string
-	buildErr  error
-)
-
 // runscBinary returns $CUBBY_RUNSC or the repository's bin/runsc, building it with
 // `make runsc` when missing (about 2 min once). It skips the test only when the
 // binary cannot be built.
-func runscBinary(tb testing.TB) string {
-	tb.Helper()
-	buildOnce.Do(func() {
-		if p := os.Getenv("CUBBY_RUNSC"); p != "" {
-			buildPath = p
-			return
-		}
-		root, err := filepath.Abs("../../..")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		buildPath = filepath.Join(root, "bin", "runsc")
-		if _, err := os.Stat(buildPath); err == nil {
-			return
-		}
-		out, err := exec.Command("make", "-C", root, "runsc").CombinedOutput()
-		if err != nil {
-			buildErr = errors.New(string(out) + err.Error())
-		}
-	})
-	if buildErr != nil {
-		tb.Skipf("bin/runsc cannot be built (`make runsc`): %v", buildErr)
-	}
-	return buildPath
-}
+func runscBinary(tb testing.TB) string { return ocitest.Tool(tb, "runsc", "CUBBY_RUNSC") }
 
 // env adds to the shared test environment the defaults of this package's sandboxes.
 type env struct{ *ocitest.Env[*Runtime] }

@@ -10,11 +10,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +29,58 @@ import (
 	"github.com/cubby-dev/cubby/internal/runtime"
 	"github.com/cubby-dev/cubby/internal/runtime/oci"
 )
+
+// tools caches Tool's result per binary name for the test binary's life.
+var tools = struct {
+	sync.Mutex
+	paths map[string]string
+	errs  map[string]error
+}{paths: map[string]string{}, errs: map[string]error{}}
+
+// Tool returns $env, else the repository's bin/<name> (a pinned OCI runtime:
+// "runc", "runsc"), building it with `make <name>` when missing (once per test
+// binary). It skips tb only when the binary cannot be built.
+func Tool(tb testing.TB, name, env string) string {
+	tb.Helper()
+	if p := os.Getenv(env); p != "" {
+		return p
+	}
+	tools.Lock()
+	defer tools.Unlock()
+	if _, ok := tools.paths[name]; !ok {
+		tools.paths[name], tools.errs[name] = buildTool(name)
+	}
+	if err := tools.errs[name]; err != nil {
+		tb.Skipf("bin/%s cannot be built (`make %s`): %v", name, name, err)
+	}
+	return tools.paths[name]
+}
+
+// buildTool returns bin/<name> of the repository holding the working
+// directory, running `make <name>` there when it is missing.
+func buildTool(name string) (string, error) {
+	root, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(root, "go.mod")); err == nil {
+			break
+		}
+		if filepath.Dir(root) == root {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		root = filepath.Dir(root)
+	}
+	p := filepath.Join(root, "bin", name)
+	if _, err := os.Stat(p); err == nil {
+		return p, nil
+	}
+	if out, err := exec.Command("make", "-C", root, name).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("%s: %w", out, err)
+	}
+	return p, nil
+}
 
 // Env is one test's runtime R with its state root, a busybox template and a
 // rootfs manager, all under the test's temporary directory.
