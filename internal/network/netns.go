@@ -9,6 +9,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/cubby-dev/cubby/internal/nsfs"
 )
 
 // prepareNetnsDir makes dir exist and be a mount point with shared propagation,
@@ -102,16 +104,7 @@ func enterNew(path string, create NetnsFunc) (newNetns, error) {
 	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 		return ns, fmt.Errorf("unshare netns: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
-	if err != nil {
-		return ns, fmt.Errorf("create netns file: %w", err)
-	}
-	f.Close()
-	if err := unix.Mount("/proc/thread-self/ns/net", path, "none", unix.MS_BIND, ""); err != nil {
-		os.Remove(path)
-		return ns, fmt.Errorf("bind-mount netns at %s: %w", path, err)
-	}
-	return ns, nil
+	return ns, nsfs.Bind("/proc/thread-self/ns/net", path)
 }
 
 // configureNew writes sandboxNetnsSysctls in the calling thread's (new) netns
@@ -137,28 +130,10 @@ func configureNew(path string) (newNetns, error) {
 // removeNetns unmounts and removes a named netns file. A missing or unmounted
 // file is not an error. The namespace itself is freed by the kernel once no
 // process or fd references it.
-func removeNetns(path string) error {
-	err := unix.Unmount(path, unix.MNT_DETACH)
-	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("unmount netns %s: %w", path, err)
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove netns file %s: %w", path, err)
-	}
-	return nil
-}
+func removeNetns(path string) error { return nsfs.Remove(path) }
 
 // isNetns reports whether path is a mounted network namespace file.
-func isNetns(path string) error {
-	var st unix.Statfs_t
-	if err := unix.Statfs(path, &st); err != nil {
-		return fmt.Errorf("stat netns %s: %w", path, err)
-	}
-	if st.Type != unix.NSFS_MAGIC {
-		return fmt.Errorf("netns %s: not a mounted namespace file", path)
-	}
-	return nil
-}
+func isNetns(path string) error { return nsfs.Check(path, unix.CLONE_NEWNET) }
 
 // nsHandle opens an rtnetlink handle inside the named netns at path.
 func nsHandle(path string) (*netlink.Handle, error) {

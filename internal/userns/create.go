@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/cubby-dev/cubby/internal/nsfs"
 )
 
 // HelperCommand is the first argument that makes a binary run HelperMain
@@ -62,12 +62,15 @@ func (c *Creator) Create(ctx context.Context, r Range, usernsPath, netnsPath str
 	if err != nil {
 		return fmt.Errorf("create user namespace: %w", err)
 	}
+	var bound []string
 	defer func() {
 		if werr := h.finish(); err == nil && werr != nil {
 			err = fmt.Errorf("create user namespace: %w", werr)
 		}
-		if err != nil {
-			err = errors.Join(err, Remove(usernsPath), Remove(netnsPath))
+		for _, p := range bound {
+			if err != nil {
+				err = errors.Join(err, nsfs.Remove(p))
+			}
 		}
 	}()
 	proc := "/proc/" + strconv.Itoa(h.pid)
@@ -77,11 +80,11 @@ func (c *Creator) Create(ctx context.Context, r Range, usernsPath, netnsPath str
 	if owner, err := Owner(proc + "/ns/user"); err != nil || owner != r.HostID {
 		return fmt.Errorf("create user namespace: owned by %d, want %d: %v", owner, r.HostID, err)
 	}
-	if err := bindNS(proc+"/ns/user", usernsPath); err != nil {
-		return fmt.Errorf("create user namespace: %w", err)
-	}
-	if err := bindNS(proc+"/ns/net", netnsPath); err != nil {
-		return fmt.Errorf("create network namespace: %w", err)
+	for _, b := range [][2]string{{proc + "/ns/user", usernsPath}, {proc + "/ns/net", netnsPath}} {
+		if err := nsfs.Bind(b[0], b[1]); err != nil {
+			return fmt.Errorf("create namespaces: %w", err)
+		}
+		bound = append(bound, b[1])
 	}
 	return nil
 }
@@ -145,33 +148,8 @@ func writeMaps(proc string, r Range) error {
 	return nil
 }
 
-// bindNS bind-mounts the namespace file src at dst (a new empty file).
-func bindNS(src, dst string) error {
-	f, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_RDONLY|unix.O_CLOEXEC, 0o444)
-	if err != nil {
-		return fmt.Errorf("create %s: %w", dst, err)
-	}
-	f.Close()
-	if err := unix.Mount(src, dst, "none", unix.MS_BIND, ""); err != nil {
-		os.Remove(dst)
-		return fmt.Errorf("bind-mount %s at %s: %w", src, dst, err)
-	}
-	return nil
-}
-
-// Remove unmounts and removes a namespace file made by Create. A missing or
-// unmounted file is not an error. The namespace itself lives on while a
-// process, a descriptor or a namespace it owns still refers to it.
-func Remove(path string) error {
-	err := unix.Unmount(path, unix.MNT_DETACH)
-	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("unmount %s: %w", path, err)
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove %s: %w", path, err)
-	}
-	return nil
-}
+// Remove unmounts and removes a namespace file made by Create (nsfs.Remove).
+func Remove(path string) error { return nsfs.Remove(path) }
 
 // HelperMain runs the helper processes of Create; args follow HelperCommand.
 // "spawn" (running as the range's host uid) starts "hold" in a new user and

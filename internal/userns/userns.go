@@ -26,6 +26,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cubby-dev/cubby/internal/nsfs"
 )
 
 // RangeSize is the number of ids (uids and gids alike) of one sandbox: the
@@ -101,17 +103,6 @@ func Owner(path string) (uint32, error) {
 	return uid, nil
 }
 
-// Check returns an error unless path is a mounted user namespace file (nsfs,
-// ioctl_nsfs(2) NS_GET_NSTYPE CLONE_NEWUSER), as Create leaves it.
-func Check(path string) error {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("user namespace %s: %w", path, err)
-	}
-	defer unix.Close(fd)
-	t, err := unix.IoctlRetInt(fd, unix.NS_GET_NSTYPE)
-	if err != nil || t != unix.CLONE_NEWUSER {
-		return fmt.Errorf("user namespace %s: not a mounted user namespace (type %#x, %v)", path, t, err)
-	}
-	return nil
-}
+// Check returns an error unless path is a mounted user namespace file, as
+// Create leaves it.
+func Check(path string) error { return nsfs.Check(path, unix.CLONE_NEWUSER) }

@@ -26,27 +26,27 @@ func TestMain(m *testing.M) {
 
 // newCreator returns a Creator running this test binary as its helper, and a
 // leased range; it skips unless root.
-func newCreator(t *testing.T) (*Creator, Range) {
-	t.Helper()
+func newCreator(tb testing.TB) (*Creator, Range) {
+	tb.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root")
+		tb.Skip("needs root")
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	c, err := NewCreator(exe)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
-	owner := t.TempDir()
+	tb.Cleanup(func() { c.Close() })
+	owner := tb.TempDir()
 	a := NewAllocator("")
 	r, err := a.Claim(owner, Range{})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { _ = a.Release(owner, r) })
+	tb.Cleanup(func() { _ = a.Release(owner, r) })
 	return c, r
 }
 
@@ -161,6 +161,9 @@ func TestCreateFailsCleanly(t *testing.T) {
 	if _, err := os.Lstat(user); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("user namespace file left after failure: %v", err)
 	}
+	if _, err := os.Lstat(net); err != nil {
+		t.Fatalf("the file in the way was removed: %v", err)
+	}
 	for _, bad := range []Range{{}, {HostID: 0, Size: RangeSize}, {HostID: 1<<32 - 10, Size: RangeSize}} {
 		if err := c.Create(context.Background(), bad, user, filepath.Join(dir, "net2")); err == nil {
 			t.Errorf("Create with range %v succeeded", bad)
@@ -200,26 +203,9 @@ func readInt(t *testing.T, path string) int {
 // BenchmarkCreate measures Create (two helper processes, the maps, two bind
 // mounts) plus Remove of both files, reporting the median in ms.
 func BenchmarkCreate(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root")
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		b.Fatal(err)
-	}
-	c, err := NewCreator(exe)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	owner := b.TempDir()
-	a := NewAllocator("")
-	r, err := a.Claim(owner, Range{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer a.Release(owner, r)
-	user, net := filepath.Join(owner, "user"), filepath.Join(owner, "net")
+	c, r := newCreator(b)
+	dir := b.TempDir()
+	user, net := filepath.Join(dir, "user"), filepath.Join(dir, "net")
 	var ds []time.Duration
 	for b.Loop() {
 		t0 := time.Now()

@@ -3,13 +3,13 @@ package integration
 import (
 	"context"
 	"log/slog"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/runtime"
+	"github.com/cubby-dev/cubby/internal/runtime/ocicli/ocitest"
 	"github.com/cubby-dev/cubby/internal/runtime/runc"
 )
 
@@ -46,17 +46,8 @@ func BenchmarkCreateUserns(b *testing.B) {
 				}
 				create, kill = append(create, t1.Sub(t0)), append(kill, time.Since(t1))
 			}
-			b.ReportMetric(medianMs(create), "create-ms")
-			b.ReportMetric(medianMs(kill), "kill-ms")
+			b.ReportMetric(ocitest.MedianMs(create), "create-ms")
+			b.ReportMetric(ocitest.MedianMs(kill), "kill-ms")
 		})
 	}
-}
-
-func medianMs(ds []time.Duration) float64 {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return float64(s[len(s)/2]) / float64(time.Millisecond)
 }
