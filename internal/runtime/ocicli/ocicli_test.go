@@ -16,7 +16,6 @@ import (
 	"github.com/cubby-dev/cubby/internal/runtime/ocicli/ocitest"
 )
 
-
 func TestMessages(t *testing.T) {
 	for _, c := range []struct{ log, want string }{
 		{"", "no message"},

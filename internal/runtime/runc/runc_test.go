@@ -19,7 +19,6 @@ import (
 	"github.com/cubby-dev/cubby/internal/runtime/ocicli/ocitest"
 )
 
-
 // waitLimit bounds every wait for a condition inside a container.
 const waitLimit = 20 * time.Second
 
