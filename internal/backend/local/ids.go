@@ -26,12 +26,16 @@ func (b *Backend) runDir(id string) string { return filepath.Join(b.cfg.RunDir, 
 
 func (b *Backend) usernsPath(id string) string { return filepath.Join(b.sandboxDir(id), usernsName) }
 
-// disk is where the root filesystem of sandbox id with range ids lives and how
-// it is mapped (no mapping when ids is zero).
-func (b *Backend) disk(id string, ids userns.Range) rootfs.Disk {
-	d := rootfs.Disk{Dir: b.sandboxDir(id), Rootfs: filepath.Join(b.runDir(id), rootfs.RootfsName)}
-	if !ids.IsZero() {
-		d.Userns, d.IDs = b.usernsPath(id), ids
+// disk is where the root filesystem of s lives and how it is mapped (no
+// mapping without a range). A sandbox recorded without a rootfs path (created
+// before run dirs existed) keeps its rootfs in its directory.
+func (b *Backend) disk(s *sandbox) rootfs.Disk {
+	d := rootfs.Disk{Dir: b.sandboxDir(s.ID), Rootfs: s.Rootfs}
+	if d.Rootfs == "" {
+		d.Rootfs = filepath.Join(d.Dir, rootfs.RootfsName)
+	}
+	if !s.IDs.IsZero() {
+		d.Userns, d.IDs = b.usernsPath(s.ID), s.IDs
 	}
 	return d
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/cubby-dev/cubby/internal/rootfs"
 	"github.com/cubby-dev/cubby/internal/runtime"
 	"github.com/cubby-dev/cubby/internal/runtime/oci"
-	"github.com/cubby-dev/cubby/internal/userns"
 )
 
 // agentPath is where the agent binary appears inside every sandbox.
@@ -48,16 +47,17 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (inst b
 		ID: req.SandboxID, Runtime: rt.Name(), Lower: req.RootfsDir, CPUCount: req.CPUCount,
 		StartedAt: time.Now().UTC(), Init: req.Init,
 		NoInternet: req.NoInternet || req.Egress.BlocksAll(), egress: req.Egress,
+		Rootfs: filepath.Join(b.runDir(req.SandboxID), rootfs.RootfsName),
 	}
 	netnsPath, err := b.provision(ctx, s, &undo)
 	if err != nil {
 		return backend.Instance{}, err
 	}
-	rootPath, err := b.rootfs.Prepare(ctx, b.disk(s.ID, s.IDs), req.RootfsDir, int64(req.DiskSizeMB)<<20)
+	rootPath, err := b.rootfs.Prepare(ctx, b.disk(s), req.RootfsDir, int64(req.DiskSizeMB)<<20)
 	if err != nil {
 		return backend.Instance{}, fmt.Errorf("prepare rootfs: %w", err)
 	}
-	undo.push(func() { _ = b.rootfs.Release(cleanupCtx, b.disk(s.ID, s.IDs)) })
+	undo.push(func() { _ = b.rootfs.Release(cleanupCtx, b.disk(s)) })
 	if err := b.writeBundle(req, s, rt, rootPath, netnsPath); err != nil {
 		return backend.Instance{}, err
 	}
@@ -263,10 +263,9 @@ func (b *Backend) Kill(ctx context.Context, id string) error {
 // is released last, and only once everything else is gone: a process that
 // survived a failed kill must never share its ids with a new sandbox.
 func (b *Backend) destroy(ctx context.Context, id, rtName string) error {
-	var ids userns.Range
 	st, stErr := b.loadState(id)
-	if stErr == nil {
-		ids = st.IDs
+	if stErr != nil {
+		st = &sandbox{ID: id, Rootfs: filepath.Join(b.runDir(id), rootfs.RootfsName)}
 	}
 	var errs []error
 	for name, rt := range b.runtimes {
@@ -281,7 +280,7 @@ func (b *Backend) destroy(ctx context.Context, id, rtName string) error {
 	if err := b.detach(ctx, id); err != nil {
 		errs = append(errs, fmt.Errorf("detach network: %w", err))
 	}
-	if err := b.rootfs.Release(ctx, b.disk(id, userns.Range{})); err != nil {
+	if err := b.rootfs.Release(ctx, b.disk(st)); err != nil {
 		errs = append(errs, fmt.Errorf("release rootfs: %w", err))
 	}
 	for _, dir := range []string{b.runDir(id), b.sandboxDir(id)} {
@@ -290,7 +289,7 @@ func (b *Backend) destroy(ctx context.Context, id, rtName string) error {
 		}
 	}
 	if len(errs) == 0 {
-		if err := b.releaseIDs(id, ids, stErr == nil); err != nil {
+		if err := b.releaseIDs(id, st.IDs, stErr == nil); err != nil {
 			errs = append(errs, fmt.Errorf("release id range: %w", err))
 		}
 	}

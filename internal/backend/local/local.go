@@ -147,6 +147,9 @@ type sandbox struct {
 	NoInternet bool `json:"noInternet,omitempty"`
 	// IDs is the sandbox's host id range; zero without a user namespace.
 	IDs userns.Range `json:"ids,omitzero"`
+	// Rootfs is the overlay mount point; "" = <dir>/rootfs (sandboxes created
+	// before run dirs existed).
+	Rootfs string `json:"rootfs,omitempty"`
 	// egress is the sandbox's egress policy (not persisted: it holds
 	// credentials; the control plane sets it again after a restart).
 	egress    *policy.Policy

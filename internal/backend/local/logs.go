@@ -16,7 +16,6 @@ import (
 	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/logfile"
-	"github.com/cubby-dev/cubby/internal/rootfs"
 	"github.com/cubby-dev/cubby/internal/sandboxlog"
 )
 
@@ -38,10 +37,11 @@ const (
 // only (os.Root), must be regular files, and are skipped when unreadable (a
 // paused sandbox without a mounted rootfs has none).
 func (b *Backend) Logs(_ context.Context, id string, since time.Time, limit int) ([]backend.LogLine, error) {
-	if _, err := b.get(id); err != nil {
+	s, err := b.get(id)
+	if err != nil {
 		return nil, err
 	}
-	return sandboxLogs(b.sandboxDir(id), path.Join(b.runDir(id), rootfs.RootfsName), since, limit)
+	return sandboxLogs(b.sandboxDir(id), b.disk(s).Rootfs, since, limit)
 }
 
 // sandboxLogs implements Logs for the sandbox directory dir and the rootfs at

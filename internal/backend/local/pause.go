@@ -112,7 +112,7 @@ func (b *Backend) pauseFilesystem(ctx context.Context, s *sandbox, rt runtime.Ru
 	if err := rt.Kill(ctx, s.ID); err != nil {
 		return b.undoStop(ctx, s, rt, fmt.Errorf("stop container: %w", err))
 	}
-	if err := b.rootfs.Unmount(ctx, b.disk(s.ID, s.IDs)); err != nil {
+	if err := b.rootfs.Unmount(ctx, b.disk(s)); err != nil {
 		// Resume remounts an overlay that is still mounted; Kill releases it.
 		b.log.Warn("unmount rootfs of paused sandbox", "sandbox", s.ID, "err", err)
 	}
@@ -147,7 +147,7 @@ func (b *Backend) pauseCheckpoint(ctx context.Context, s *sandbox, rt runtime.Ru
 	if err := rt.Kill(ctx, s.ID); err != nil {
 		b.log.Warn("delete checkpointed container", "sandbox", s.ID, "err", err)
 	}
-	if err := b.rootfs.Unmount(ctx, b.disk(s.ID, s.IDs)); err != nil {
+	if err := b.rootfs.Unmount(ctx, b.disk(s)); err != nil {
 		b.log.Warn("unmount rootfs of paused sandbox", "sandbox", s.ID, "err", err)
 	}
 	return nil
@@ -295,7 +295,7 @@ func (b *Backend) prepareStart(ctx context.Context, s *sandbox, rt runtime.Runti
 	if err := b.syncBundleIDs(s, rt); err != nil {
 		return err
 	}
-	if _, err := b.rootfs.Remount(ctx, b.disk(s.ID, s.IDs), s.Lower); err != nil {
+	if _, err := b.rootfs.Remount(ctx, b.disk(s), s.Lower); err != nil {
 		return fmt.Errorf("remount rootfs: %w", err)
 	}
 	return nil
@@ -308,7 +308,7 @@ func (b *Backend) unwindStart(ctx context.Context, s *sandbox, rt runtime.Runtim
 	if err := rt.Kill(ctx, s.ID); err != nil {
 		b.log.Warn("remove container after failed start", "sandbox", s.ID, "err", err)
 	}
-	if err := b.rootfs.Unmount(ctx, b.disk(s.ID, s.IDs)); err != nil {
+	if err := b.rootfs.Unmount(ctx, b.disk(s)); err != nil {
 		b.log.Warn("unmount rootfs after failed start", "sandbox", s.ID, "err", err)
 	}
 }

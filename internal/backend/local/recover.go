@@ -151,7 +151,7 @@ func (b *Backend) adoptContainer(s *sandbox, c container) (bool, error) {
 	if !alive(c.state) {
 		return false, fmt.Errorf("container is %s", c.state.Status)
 	}
-	if !b.rootfs.Mounted(b.disk(s.ID, s.IDs)) {
+	if !b.rootfs.Mounted(b.disk(s)) {
 		return false, errors.New("rootfs no longer mounted")
 	}
 	if s.PauseMode == backend.PauseCheckpoint {
@@ -177,7 +177,7 @@ func (b *Backend) adoptStopped(ctx context.Context, s *sandbox, c container, has
 			return fmt.Errorf("stop container of paused sandbox: %w", err)
 		}
 	}
-	if err := b.rootfs.Unmount(ctx, b.disk(s.ID, s.IDs)); err != nil {
+	if err := b.rootfs.Unmount(ctx, b.disk(s)); err != nil {
 		b.log.Warn("unmount rootfs of paused sandbox", "sandbox", s.ID, "err", err)
 	}
 	s.Paused = true
@@ -198,7 +198,7 @@ func (b *Backend) adoptCheckpointed(ctx context.Context, s *sandbox, c container
 			return fmt.Errorf("delete checkpointed container: %w", err)
 		}
 	}
-	if err := b.rootfs.Unmount(ctx, b.disk(s.ID, s.IDs)); err != nil {
+	if err := b.rootfs.Unmount(ctx, b.disk(s)); err != nil {
 		b.log.Warn("unmount rootfs of paused sandbox", "sandbox", s.ID, "err", err)
 	}
 	s.Paused = true
