@@ -18,11 +18,7 @@
 package userns
 
 import (
-	"errors"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -46,11 +42,6 @@ type Range struct {
 // IsZero reports whether r maps nothing (user namespaces are off).
 func (r Range) IsZero() bool { return r.Size == 0 }
 
-// Contains reports whether host id h lies in r.
-func (r Range) Contains(h uint32) bool {
-	return h >= r.HostID && uint64(h) < uint64(r.HostID)+uint64(r.Size)
-}
-
 // String is the one-line map written to /proc/<pid>/uid_map and gid_map
 // (user_namespaces(7) "User and group ID mappings"): "0 <HostID> <Size>".
 func (r Range) String() string {
@@ -64,27 +55,6 @@ func (r Range) validate() error {
 		return fmt.Errorf("invalid id range %q", r.String())
 	}
 	return nil
-}
-
-// ReadMap parses the first line of a uid_map or gid_map file (path, e.g.
-// /proc/self/uid_map) as a Range with inside id 0. Errors: unreadable file, no
-// mapping of id 0 on the first line.
-func ReadMap(path string) (Range, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return Range{}, fmt.Errorf("read %s: %w", path, err)
-	}
-	line, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
-	f := strings.Fields(line)
-	if len(f) != 3 || f[0] != "0" {
-		return Range{}, fmt.Errorf("%s: no mapping of id 0 in %q", path, line)
-	}
-	host, err1 := strconv.ParseUint(f[1], 10, 32)
-	size, err2 := strconv.ParseUint(f[2], 10, 32)
-	if err := errors.Join(err1, err2); err != nil {
-		return Range{}, fmt.Errorf("%s: %w", path, err)
-	}
-	return Range{HostID: uint32(host), Size: uint32(size)}, nil
 }
 
 // Owner returns the host uid owning the user namespace whose nsfs file (a

@@ -171,22 +171,6 @@ func TestCreateFailsCleanly(t *testing.T) {
 	}
 }
 
-func TestReadMap(t *testing.T) {
-	r, err := ReadMap("/proc/self/uid_map")
-	if err != nil || r.HostID != 0 || r.Size != 1<<32-1 {
-		t.Fatalf("ReadMap(self) = %v, %v", r, err)
-	}
-	p := filepath.Join(t.TempDir(), "map")
-	for _, bad := range []string{"", "1 0 10", "0 x 10", "0 10"} {
-		if err := os.WriteFile(p, []byte(bad), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := ReadMap(p); err == nil {
-			t.Errorf("ReadMap(%q) succeeded", bad)
-		}
-	}
-}
-
 func readInt(t *testing.T, path string) int {
 	t.Helper()
 	b, err := os.ReadFile(path)
