@@ -6,15 +6,16 @@
 //
 // Ownership matters because the kernel charges per-user counts (inotify
 // instances and watches, RLIMIT_NPROC, ...) at every level of the user
-// namespace hierarchy to the owner of each namespace (kernel/ucount.c,
-// inc_ucount and is_rlimit_overlimit walk ns->ucounts up to the initial
+// namespace hierarchy, above the first to the owner of each namespace (its
+// ucount functions inc_ucount and is_rlimit_overlimit walk from a namespace
+// to its parent's count of the namespace's owner, up to the initial
 // namespace). A namespace created by root (as an OCI runtime running as root
 // does) would charge everything a sandbox holds to host root again. Create
 // therefore lets a helper process that already runs as the range's first
-// host uid clone the namespace (user_namespaces(7): "the owner of the new
-// namespace is the effective user ID of the process that created it"); the
-// server, as root in the parent namespace, then writes the full uid and gid
-// maps, which an unprivileged writer could not.
+// host uid clone the namespace (a new namespace is owned by its creator's
+// effective uid, user_namespaces(7)); the server, as root in the parent
+// namespace, then writes the full uid and gid maps, which an unprivileged
+// writer could not.
 package userns
 
 import (
