@@ -14,9 +14,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/cubby-dev/cubby/internal/rootfs/mountinfo"
-	"github.com/cubby-dev/cubby/internal/server"
-	"golang.org/x/sys/unix"
 	"net/http"
 	"os"
 	"os/exec"
@@ -27,6 +24,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cubby-dev/cubby/internal/rootfs/mountinfo"
+	"github.com/cubby-dev/cubby/internal/server"
 )
 
 // Default timings of a server's life cycle.
