@@ -61,14 +61,22 @@ func inNS(t *testing.T, userns string, argv ...string) string {
 	return string(out)
 }
 
-func TestCreateOwnedByRangeRoot(t *testing.T) {
+// newNamespaces creates a user namespace (and its network namespace) for a
+// leased range, removed at cleanup; it returns their files and the range.
+func newNamespaces(t *testing.T) (user, net string, r Range) {
+	t.Helper()
 	c, r := newCreator(t)
 	dir := t.TempDir()
-	user, net := filepath.Join(dir, "user"), filepath.Join(dir, "net")
+	user, net = filepath.Join(dir, "user"), filepath.Join(dir, "net")
 	if err := c.Create(context.Background(), r, user, net); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = Remove(user); _ = Remove(net) })
+	return user, net, r
+}
+
+func TestCreateOwnedByRangeRoot(t *testing.T) {
+	user, net, r := newNamespaces(t)
 	if owner, err := Owner(user); err != nil || owner != r.HostID {
 		t.Fatalf("owner = %d, %v; want %d", owner, err, r.HostID)
 	}
@@ -102,13 +110,7 @@ func TestCreateOwnedByRangeRoot(t *testing.T) {
 // the range's root at the host level, never to host root. Root inside exhausts
 // inotify instances; this process (host root) still gets one.
 func TestCountsChargedToRangeRoot(t *testing.T) {
-	c, r := newCreator(t)
-	dir := t.TempDir()
-	user, net := filepath.Join(dir, "user"), filepath.Join(dir, "net")
-	if err := c.Create(context.Background(), r, user, net); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = Remove(user); _ = Remove(net) })
+	user, _, _ := newNamespaces(t)
 	limit := readInt(t, "/proc/sys/fs/inotify/max_user_instances")
 	script := `import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
