@@ -294,8 +294,9 @@ func TestAutoPauseAutoResume(t *testing.T) {
 // running, some frozen (memory) and some paused to disk (filesystem); after a
 // restart every one is listed with its true state and mode, answers 502 while
 // paused, resumes, has its files, and background processes survive everywhere
-// except in the filesystem-paused ones. A second crash with more pauses follows;
-// killing them all after the restart leaves nothing behind.
+// except in the filesystem-paused ones; each keeps its user namespace id range.
+// A second crash with more pauses follows; killing them all after the restart
+// leaves nothing behind.
 func TestPausedSurviveServerKill(t *testing.T) {
 	s := startServer(t)
 	ctx := ctxT(t, 10*time.Minute)
@@ -303,13 +304,15 @@ func TestPausedSurviveServerKill(t *testing.T) {
 		sb     *sandbox
 		mode   string // "" = running
 		ticker string // PID of its background process
+		ids    string // first line of its uid_map
 	}
+	const uidMap = `head -1 /proc/self/uid_map`
 	modes := []string{"", "memory", "filesystem", "", "filesystem", "memory", "", "memory", "filesystem", ""}
 	var all []entry
 	for i, mode := range modes {
 		sb := s.create(t, map[string]any{"timeout": 600})
 		sb.mustRun(ctx, t, fmt.Sprintf(`echo file%d > /home/user/mine && echo ok`, i), "ok\n")
-		all = append(all, entry{sb, mode, sb.startTicker(ctx, t)})
+		all = append(all, entry{sb, mode, sb.startTicker(ctx, t), sb.mustRun(ctx, t, uidMap, "")})
 	}
 	for _, e := range all {
 		switch e.mode {
@@ -328,6 +331,7 @@ func TestPausedSurviveServerKill(t *testing.T) {
 			t.Fatalf("sandbox %d (%q) connect after restart = %d\n%s", i, e.mode, code, s.log())
 		}
 		e.sb.mustRun(ctx, t, `cat /home/user/mine`, fmt.Sprintf("file%d\n", i))
+		e.sb.mustRun(ctx, t, uidMap, e.ids)
 		if alive := e.sb.tickerAlive(ctx, t, e.ticker); alive != (e.mode != "filesystem") {
 			t.Fatalf("sandbox %d (%q): background process alive=%v after restart and resume", i, e.mode, alive)
 		}
