@@ -4,11 +4,12 @@
 # distribution's runc lacks the 2025 escape fixes), mmdebstrap (template builds),
 # nftables, e2fsprogs (sandbox disks), busybox-static (test rootfs trees), plus
 # Node.js/npm and Python for the official SDK suites when they are missing. With
-# --test it also installs what the Go tests of the kernel manager drive on the host: ipykernel, matplotlib, pandas,
-# IRkernel and Deno's Jupyter kernel; Debian's chromium, which the dashboard
-# tests drive headless; and python3-venv for the MCP Python client check
-# (test/mcp/python makes its own venv from its requirements.txt); iproute2 (ss:
-# the egress security tests list the egress proxy's sockets).
+# --test it also installs what the Go tests of the kernel manager drive on the
+# host: ipykernel, matplotlib, pandas, IRkernel and Deno's Jupyter kernel;
+# Debian's chromium, which the dashboard tests drive headless; python3-venv for
+# the MCP Python client check (test/mcp/python makes its own venv from its
+# requirements.txt); and iproute2 (ss: the egress security tests list the
+# egress proxy's sockets).
 set -euo pipefail
 pkgs=(gcc pkg-config libseccomp-dev mmdebstrap nftables e2fsprogs busybox-static ca-certificates curl)
 if [ "${1:-}" = --test ]; then
