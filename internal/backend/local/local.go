@@ -8,9 +8,10 @@
 //   - sandbox.json, bundle/ (config.json, init.pid, runsc's network record),
 //     etc-hostname, etc-hosts, etc-resolv.conf: written by the server from the
 //     create request; a few KiB.
-//   - disk.img: the sandbox's disk, created at its size (sparse); layer/ and
-//     rootfs/ are mounts of it, so everything the sandbox writes to files lands
-//     inside it.
+//   - disk.img: the sandbox's disk, created at its size (sparse); layer/ (and
+//     the rootfs in the run dir, below) are mounts of it, so everything the
+//     sandbox writes to files lands inside it.
+//   - userns: the bind mount of its user namespace (with one).
 //   - output.fifo: the container's stdout and stderr (no data on disk; the pipe
 //     buffer is kernel memory of at most fs.pipe-max-size); output.log and
 //     output.log.1: what the server drained from it, 1 MiB each at most
@@ -33,8 +34,7 @@
 //
 // Host layout of sandbox id:
 //
-//	<Dir>/<id>/          0700 root: sandbox.json, bundle/, agent.log, etc-*, disk.img,
-//	                     layer/ (the disk mounted), userns, checkpoint/
+//	<Dir>/<id>/          0700 root: what is listed above
 //	<RunDir>/            0711 root
 //	<RunDir>/<id>/       0700, owned by the sandbox's mapped root (host root without
 //	                     a user namespace): only that uid, which the runtime's init
