@@ -78,25 +78,36 @@ func TestEscapeKernelInterfacesRefused(t *testing.T) {
 	s.healthy(t)
 }
 
-// TestEscapeHostDeviceRefused: root may create a device node of the host's
-// disk (CAP_MKNOD) but the device cgroup refuses to open it.
+// TestEscapeHostDeviceRefused: root cannot reach the host's disk through a
+// device node. In its user namespace (the default) mknod of a real device is
+// refused outright; with --userns=false root may create the node (CAP_MKNOD)
+// but the device cgroup refuses to open it.
 func TestEscapeHostDeviceRefused(t *testing.T) {
 	var st unix.Stat_t
 	if err := unix.Stat("/", &st); err != nil {
 		t.Fatal(err)
 	}
 	major, minor := unix.Major(uint64(st.Dev)), unix.Minor(uint64(st.Dev))
-	s := startServer(t)
-	sbx := s.create(t, "")
-	res := asRoot(t, sbx, fmt.Sprintf(`mknod /tmp/hostdisk b %d %d && echo MADE
-head -c 512 /tmp/hostdisk > /dev/null && echo READ-HOST-DISK
-echo x > /tmp/hostdisk && echo WROTE-HOST-DISK
-mknod /tmp/mem c 1 1 && head -c 1 /tmp/mem > /dev/null && echo READ-DEV-MEM`, major, minor))
-	if !strings.Contains(res.Out, "MADE") || !strings.Contains(res.Out, "Operation not permitted") {
-		t.Fatalf("mknod as root: %s", res.Out)
-	}
-	if strings.Contains(res.Out, "HOST-DISK") || strings.Contains(res.Out, "DEV-MEM") {
-		t.Errorf("host device %d:%d (or /dev/mem) reached from the sandbox: %s", major, minor, res.Out)
+	for _, mode := range []struct {
+		name string
+		args []string
+		made bool // whether mknod succeeds
+	}{{"userns", nil, false}, {"no-userns", []string{"--userns=false"}, true}} {
+		t.Run(mode.name, func(t *testing.T) {
+			s := startServer(t, mode.args...)
+			sbx := s.create(t, "")
+			// In /dev (a tmpfs where devices work): the root filesystem is nodev.
+			res := asRoot(t, sbx, fmt.Sprintf(`mknod /dev/hostdisk b %d %d && echo MADE
+[ -b /dev/hostdisk ] && head -c 512 /dev/hostdisk > /dev/null && echo READ-HOST-DISK
+[ -b /dev/hostdisk ] && echo x > /dev/hostdisk && echo WROTE-HOST-DISK
+mknod /dev/xmem c 1 1 && head -c 1 /dev/xmem > /dev/null && echo READ-DEV-MEM`, major, minor))
+			if strings.Contains(res.Out, "MADE") != mode.made || !strings.Contains(res.Out, "Operation not permitted") {
+				t.Fatalf("mknod as root (want made=%v): %s", mode.made, res.Out)
+			}
+			if strings.Contains(res.Out, "HOST-DISK") || strings.Contains(res.Out, "DEV-MEM") {
+				t.Errorf("host device %d:%d (or /dev/mem) reached from the sandbox: %s", major, minor, res.Out)
+			}
+		})
 	}
 }
 

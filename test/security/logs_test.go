@@ -27,13 +27,46 @@ const outputCapBytes = 4 << 20
 const floodSeconds = 20
 
 // floodCmd floods the container's stdout (fd 1) or stderr (fd 2) as root from
-// the background, 1100 MiB of zeros (no newline) appended through /proc/1/fd;
-// dd's exit status lands in /tmp/flood<fd>.rc (124: still writing when
-// stopped after floodSeconds).
+// the background, 1100 MiB of zeros (no newline) written to pid 1's output
+// (toOutput); the exit status lands in /tmp/flood<fd>.rc (124: still writing
+// when stopped after floodSeconds).
 func floodCmd(fd int) string {
-	return fmt.Sprintf(`setsid nohup sh -c 'timeout %d dd if=/dev/zero bs=1M count=1100 >> /proc/1/fd/%d 2>/tmp/flood%d.err; echo $? > /tmp/flood%d.rc' >/dev/null 2>&1 &`,
-		floodSeconds, fd, fd, fd)
+	inner := fmt.Sprintf(`timeout %d %s >/dev/null 2>/tmp/flood%d.err; echo $? > /tmp/flood%d.rc`,
+		floodSeconds, toOutputCmd(fd, ""), fd, fd)
+	return fmt.Sprintf(`setsid nohup sh -c %s >/dev/null 2>&1 &`, shellQuote(inner))
 }
+
+// toOutputCmd is the shell command running toOutput for pid 1's descriptor fd:
+// it writes data, or floods when data is "".
+func toOutputCmd(fd int, data string) string {
+	return fmt.Sprintf("python3 -c %s %d %s", shellQuote(toOutput), fd, shellQuote(data))
+}
+
+// toOutput is a Python program that gets pid 1's output descriptor
+// sys.argv[1] as root can, reopened through /proc/1/fd (the finding's attack)
+// or, where the host-owned FIFO is not root's to open (a user namespace), taken
+// with pidfd_getfd(2) (then sharing pid 1's non-blocking file description). It
+// writes sys.argv[2], or 1100 MiB of zeros when that is empty, as fast as the
+// descriptor takes them.
+const toOutput = `import ctypes, os, select, sys
+n = int(sys.argv[1])
+try:
+    out = os.open('/proc/1/fd/%d' % n, os.O_WRONLY | os.O_APPEND)
+except PermissionError:
+    out = ctypes.CDLL(None, use_errno=True).syscall(438, os.pidfd_open(1), n, 0)
+    if out < 0:
+        raise OSError(ctypes.get_errno(), 'pidfd_getfd')
+data = sys.argv[2].encode() or bytes(1100 << 20)
+view = memoryview(data)
+while view:
+    try:
+        view = view[os.write(out, view[:1 << 20]):]
+    except BlockingIOError:
+        select.select([], [out], [])
+`
+
+// shellQuote quotes s as one word for sh.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // TestOutputFloodStaysBounded: root in a sandbox floods its stdout and stderr
 // (which used to be a host file in append mode) and forges host records. The
@@ -73,8 +106,8 @@ func checkOutputFlood(t *testing.T, rt string) {
 
 	nonce := testserver.RandHex(8)
 	forged := fmt.Sprintf(`{"time":"2001-01-01T00:00:00Z","level":"ERROR","msg":"host disk failure %s","source":"host","Source":"host"}`, nonce)
-	asRoot(t, flood, fmt.Sprintf(`printf '%%s\n' '%s' >> /proc/1/fd/1; printf '\n%%s\n' '%s' >> /proc/1/fd/2
-mkdir -p /run/cubby/kernels && printf '%%s\n' '%s' > /run/cubby/kernels/forged.log`, forged, forged, forged))
+	asRoot(t, flood, fmt.Sprintf("%s; %s\nmkdir -p /run/cubby/kernels && printf '%%s\\n' %s > /run/cubby/kernels/forged.log",
+		toOutputCmd(1, forged+"\n"), toOutputCmd(2, "\n"+forged+"\n"), shellQuote(forged)))
 	checkForgedLabelled(t, s, flood.ID(), nonce)
 
 	total, biggest := hostBytes(t, dir)
