@@ -17,7 +17,7 @@ import (
 // initPath keeps the last /init request (root-only) so that an agent restarted by
 // the sandbox's init after a crash keeps its env vars and, above all, its access
 // token: a secured sandbox never becomes reachable without one.
-const initPath = "/run/cubby/init.json"
+const initPath = agentapi.StateDir + "/init.json"
 
 func saveInit(req agentapi.InitRequest) error {
 	data, err := json.Marshal(req)

@@ -20,7 +20,12 @@ const InterpreterPort = 49999
 // "<context id>.log", plus the Python fork server's "zygote.log" (root-only;
 // kernel lines are log/slog JSON records with "source":"kernel"). The host
 // reads them beneath the sandbox rootfs for GET /sandboxes/{id}/logs.
-const KernelLogDir = "/run/cubby/kernels"
+const KernelLogDir = StateDir + "/kernels"
+
+// StateDir holds what the agent keeps of one sandbox's life on its disk: its
+// last init (access token, env vars) and its kernels' logs. It belongs to that
+// sandbox alone: snapshots and forks are captured without it.
+const StateDir = "/run/cubby"
 
 // EnvdVersion is the envd protocol version the agent implements and the control
 // plane reports as envdVersion (semver and PEP 440 compatible). Every feature

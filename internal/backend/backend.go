@@ -45,7 +45,45 @@ type CreateRequest struct {
 	Boot agentapi.BootOptions
 	// Init is sent to the agent once it answers /health, before Create returns.
 	Init agentapi.InitRequest
+	// Snapshot is the ID of a snapshot (Backend.Snapshot) to start from: the
+	// sandbox gets the snapshot's files on a disk of its own (and RootfsDir is
+	// taken from the snapshot). "" = a fresh disk over RootfsDir.
+	Snapshot string
 }
+
+// SnapshotMode says what a snapshot holds (reported as a snapshot's `mode`).
+type SnapshotMode string
+
+// Snapshot modes.
+const (
+	// SnapshotFilesystem: the sandbox's files. A sandbox started from it boots
+	// afresh on them: processes and memory are not kept. Taken under runtimes
+	// without a working checkpoint (runc).
+	SnapshotFilesystem SnapshotMode = "filesystem"
+	// SnapshotFull: files, memory and processes; a sandbox started from it
+	// continues where the source was.
+	SnapshotFull SnapshotMode = "full"
+)
+
+// Snapshot is a captured sandbox state as the backend reports it.
+type Snapshot struct {
+	ID   string
+	Mode SnapshotMode
+	// SizeBytes is the disk space the snapshot itself takes (bytes allocated);
+	// the template and the snapshots it was started from are shared, not counted.
+	SizeBytes int64
+	// Paused is how long the source sandbox was held for the capture (under
+	// SnapshotFilesystem: how long its disk's writers were blocked).
+	Paused time.Duration
+}
+
+// ErrSnapshotNotFound is returned by Create for a snapshot the backend does not
+// hold (never taken, or deleted).
+var ErrSnapshotNotFound = errors.New("snapshot not found in backend")
+
+// ErrTooDeep is returned by Snapshot for a sandbox started from a chain of
+// snapshots as long as the backend stacks.
+var ErrTooDeep = errors.New("snapshot chain too long")
 
 // PauseMode says what a paused sandbox kept (reported by getInfo as `pauseMode`).
 type PauseMode string
@@ -161,6 +199,20 @@ type Backend interface {
 	// limit of them (the most recent ones when more match). Only the logs'
 	// tails (a bounded number of bytes) are read. Errors: ErrNotFound.
 	Logs(ctx context.Context, id string, since time.Time, limit int) ([]LogLine, error)
+	// Snapshot captures the state of running sandbox id as snapshot snapID (a
+	// name the caller chose: [a-z0-9]{1,64}) and returns it; the sandbox keeps
+	// running, held only for Snapshot.Paused. The snapshot is complete when
+	// Snapshot returns; after a crash it is either complete or absent. Errors:
+	// ErrNotFound, ErrPaused, ErrTooDeep; on any error nothing is kept and the
+	// sandbox runs on.
+	Snapshot(ctx context.Context, id, snapID string) (Snapshot, error)
+	// DeleteSnapshot deletes snapshot snapID: new sandboxes can no longer start
+	// from it, and its data goes as soon as no sandbox or snapshot uses it.
+	// Unknown IDs return nil.
+	DeleteSnapshot(ctx context.Context, snapID string) error
+	// PruneSnapshots deletes (as DeleteSnapshot) every snapshot not in known
+	// and removes captures a crash left incomplete. Called after Recover.
+	PruneSnapshots(ctx context.Context, known []string) error
 	// Recover re-adopts sandboxes that survived a restart of the server. It is given
 	// the IDs the store believes are alive and returns those really alive, running
 	// or paused in any mode (a sandbox paused to disk has no container but is

@@ -167,6 +167,9 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.recover(ctx); err != nil {
 		return err
 	}
+	if err := s.pruneSnapshots(ctx); err != nil {
+		s.log.Error("prune snapshots", "err", err)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {

@@ -44,6 +44,10 @@ type createSpec struct {
 	traffic   bool           // trafficAccessToken required on public ports (network.allowPublicTraffic=false)
 	egress    *policy.Policy // nil = none
 	proxyPass string         // network.egressProxy.password, sealed when recorded
+	// internalSnapshot lets template name an internal snapshot (a fork's).
+	internalSnapshot bool
+	// snapshot is the snapshot ID template resolved to; "" = a template.
+	snapshot string
 }
 
 // specFromBody validates a create body; secure and defTTL depend on the API version.
@@ -169,7 +173,7 @@ func (s *Service) ttl(sec *int32, def time.Duration) (time.Duration, error) {
 // (an *admission.Error when refused). A failed backend create leaves the record
 // killed with the cause as reason and returns the error.
 func (s *Service) create(ctx context.Context, sp createSpec) (store.Sandbox, error) {
-	ref, err := s.templates.Resolve(ctx, sp.template)
+	ref, err := s.resolveTemplate(ctx, &sp)
 	if errors.Is(err, ErrTemplateNotFound) {
 		return store.Sandbox{}, &httpError{status: 404, msg: fmt.Sprintf("template '%s' not found", sp.template)}
 	}
@@ -210,13 +214,39 @@ func (s *Service) create(ctx context.Context, sp createSpec) (store.Sandbox, err
 	return rec, nil
 }
 
+// resolveTemplate resolves sp.template: a template, else a snapshot of
+// sp.team (sp.snapshot is then set), whose sandboxes run the snapshot's
+// template. Errors wrap ErrTemplateNotFound when neither exists.
+func (s *Service) resolveTemplate(ctx context.Context, sp *createSpec) (TemplateRef, error) {
+	ref, err := s.templates.Resolve(ctx, sp.template)
+	if !errors.Is(err, ErrTemplateNotFound) {
+		return ref, err
+	}
+	sn, serr := s.findSnapshot(ctx, sp.team, sp.template)
+	if errors.Is(serr, store.ErrNotFound) || serr == nil && sn.Internal && !sp.internalSnapshot {
+		return TemplateRef{}, err
+	}
+	if serr != nil {
+		return TemplateRef{}, serr
+	}
+	ref, err = s.templates.Resolve(ctx, sn.TemplateID)
+	if err != nil {
+		return TemplateRef{}, fmt.Errorf("template of snapshot %s: %w", sn.ID, err)
+	}
+	if !sn.Internal {
+		ref.Alias = viewSnapshot(sn).SnapshotID
+	}
+	sp.snapshot = sn.ID
+	return ref, nil
+}
+
 // startInstance claims a warm sandbox for rec (whose ID then becomes the warm
 // sandbox's) or boots one, and records it in the store. A warm sandbox is
 // claimed before its record exists; should the server die in between, the
 // backend's recovery sweeps it as unknown.
 func (s *Service) startInstance(ctx context.Context, rec *store.Sandbox, ref TemplateRef, sp createSpec) (backend.Instance, error) {
 	req := s.createRequest(*rec, ref, sp)
-	if s.pool != nil {
+	if s.pool != nil && req.Snapshot == "" {
 		if in, ok := s.pool.Claim(ctx, req); ok {
 			rec.ID = in.SandboxID
 			err := s.store.InsertSandbox(ctx, *rec)
@@ -296,6 +326,7 @@ func (s *Service) createRequest(rec store.Sandbox, ref TemplateRef, sp createSpe
 		NoInternet: sp.allowNet != nil && !*sp.allowNet || sp.egress.BlocksAll(),
 		Egress:     sp.egress,
 		Boot:       s.cfg.Boot,
+		Snapshot:   sp.snapshot,
 		Init: agentapi.InitRequest{
 			EnvVars: sp.envVars, AccessToken: rec.AccessToken, TrafficAccessToken: rec.TrafficToken,
 			DefaultUser: defaultUser, DefaultWorkdir: defaultWorkdir, Timestamp: time.Now(),

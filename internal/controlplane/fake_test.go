@@ -39,10 +39,11 @@ type fakeBackend struct {
 	reinits   map[string][]agentapi.InitRequest
 	killCtx   []error                   // ctx.Err() seen by each Kill
 	egress    map[string]*policy.Policy // last SetEgress per sandbox
+	snapshots map[string]bool           // snapshot ID -> deleted
 }
 
 func newFakeBackend() *fakeBackend {
-	return &fakeBackend{instances: map[string]*backend.Instance{}, nextIP: 2}
+	return &fakeBackend{instances: map[string]*backend.Instance{}, nextIP: 2, snapshots: map[string]bool{}}
 }
 
 func (f *fakeBackend) Create(_ context.Context, req backend.CreateRequest) (backend.Instance, error) {
@@ -51,6 +52,9 @@ func (f *fakeBackend) Create(_ context.Context, req backend.CreateRequest) (back
 	f.creates = append(f.creates, req)
 	if f.createErr != nil {
 		return backend.Instance{}, f.createErr
+	}
+	if deleted, ok := f.snapshots[req.Snapshot]; req.Snapshot != "" && (!ok || deleted) {
+		return backend.Instance{}, backend.ErrSnapshotNotFound
 	}
 	in := &backend.Instance{
 		SandboxID: req.SandboxID, Addr: netip.AddrFrom4([4]byte{10, 77, byte(f.nextIP >> 8), byte(f.nextIP)}),
@@ -208,6 +212,44 @@ func (f *fakeBackend) Recover(_ context.Context, known []string) ([]backend.Inst
 }
 
 func (f *fakeBackend) Close() error { return nil }
+
+func (f *fakeBackend) Snapshot(_ context.Context, id, snapID string) (backend.Snapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	in, ok := f.instances[id]
+	switch {
+	case !ok:
+		return backend.Snapshot{}, backend.ErrNotFound
+	case in.Paused:
+		return backend.Snapshot{}, backend.ErrPaused
+	}
+	f.snapshots[snapID] = false
+	return backend.Snapshot{ID: snapID, Mode: backend.SnapshotFilesystem, SizeBytes: 4096}, nil
+}
+
+func (f *fakeBackend) DeleteSnapshot(_ context.Context, snapID string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.snapshots[snapID]; ok {
+		f.snapshots[snapID] = true
+	}
+	return nil
+}
+
+func (f *fakeBackend) PruneSnapshots(_ context.Context, known []string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	keep := map[string]bool{}
+	for _, id := range known {
+		keep[id] = true
+	}
+	for id := range f.snapshots {
+		if !keep[id] {
+			f.snapshots[id] = true
+		}
+	}
+	return nil
+}
 
 // Logs returns the lines set in logLines for id (as the local backend would
 // after reading agent.log), filtered by since and limit the same way.

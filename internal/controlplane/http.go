@@ -58,6 +58,7 @@ func (s *Service) Handler() http.Handler {
 			writeError(w, http.StatusBadRequest, err.Error())
 		},
 	})
+	httpAPI{s}.snapshotRoutes(mux)
 	return s.authenticate(jsonFallback(mux))
 }
 

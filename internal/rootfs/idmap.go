@@ -5,32 +5,37 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
 
-// idmappedOverlay mounts the overlay of lowerDir and layer/{upper,work} on
-// d.Rootfs with both layers idmapped through d.Userns. The idmapped copies are
+// idmappedOverlay mounts the overlay of lowers (topmost first) and
+// layer/{upper,work} on d.Rootfs with every layer idmapped through d.Userns. The idmapped copies are
 // detached mounts, named to overlayfs as /proc/self/fd/<fd>; overlayfs keeps
 // private clones of its layers, so the descriptors are closed afterwards and
 // nothing but the overlay appears in the mount table.
-func idmappedOverlay(d Disk, lowerDir, layer string) error {
+func idmappedOverlay(d Disk, lowers []string, layer string) error {
 	ns, err := unix.Open(d.Userns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("open user namespace: %w", err)
 	}
 	defer unix.Close(ns)
-	lower, err := idmapped(lowerDir, ns, unix.MOUNT_ATTR_RDONLY)
-	if err != nil {
-		return err
+	lowerPaths := make([]string, len(lowers))
+	for i, dir := range lowers {
+		fd, err := idmapped(dir, ns, unix.MOUNT_ATTR_RDONLY)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		lowerPaths[i] = fdPath(fd, "")
 	}
-	defer unix.Close(lower)
 	upper, err := idmapped(layer, ns, 0)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(upper)
-	opts := "lowerdir=" + fdPath(lower, "") + ",upperdir=" + fdPath(upper, upperName) + ",workdir=" + fdPath(upper, workName)
+	opts := "lowerdir=" + strings.Join(lowerPaths, ":") + ",upperdir=" + fdPath(upper, upperName) + ",workdir=" + fdPath(upper, workName)
 	err = asFSID(d.IDs.HostID, func() error {
 		return unix.Mount("overlay", d.Rootfs, "overlay", overlayFlags, opts)
 	})

@@ -28,7 +28,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -72,6 +71,10 @@ type Disk struct {
 	// uid and gid IDs.HostID (root inside), which overlayfs uses for its own
 	// files in the idmapped upper layer. Ignored without Userns.
 	IDs userns.Range
+	// Layers are read-only captured disks (snapshots, see Layer) stacked
+	// between the disk and the template tree, topmost first; nil = none. They
+	// are mounted on demand by Prepare and Remount.
+	Layers []Layer
 }
 
 // rootfs returns the overlay mount point.
@@ -108,6 +111,7 @@ type Manager struct {
 	mkfs     string
 	fsck     string
 	mu       sync.Mutex // serialises formatting of cache images
+	layerMu  sync.Mutex // serialises mounting and releasing of layers
 }
 
 // New returns a Manager caching formatted images in cacheDir (created on demand).
@@ -192,11 +196,8 @@ func (m *Manager) Remount(ctx context.Context, d Disk, lowerDir string) (string,
 	if err := m.Unmount(ctx, d); err != nil {
 		return "", fmt.Errorf("remount rootfs %s: %w", d.Dir, err)
 	}
-	if out, err := exec.CommandContext(ctx, m.fsck, "-p", img).CombinedOutput(); err != nil {
-		var exit *exec.ExitError // exit status 1 = errors corrected
-		if !errors.As(err, &exit) || exit.ExitCode() >= 4 {
-			return "", fmt.Errorf("remount rootfs %s: e2fsck: %s: %w", d.Dir, out, err)
-		}
+	if err := m.check(ctx, img); err != nil {
+		return "", fmt.Errorf("remount rootfs %s: %w", d.Dir, err)
 	}
 	if err := m.mount(d, lowerDir); err != nil {
 		return "", fmt.Errorf("remount rootfs %s: %w", d.Dir, err)
@@ -209,6 +210,9 @@ func (m *Manager) Remount(ctx context.Context, d Disk, lowerDir string) (string,
 func (m *Manager) mount(d Disk, lowerDir string) error {
 	if strings.ContainsAny(d.Dir, ",:\\") {
 		return fmt.Errorf("sandbox dir %q contains ',', ':' or '\\'", d.Dir)
+	}
+	if err := m.mountLayers(d.Layers); err != nil {
+		return err
 	}
 	layer := filepath.Join(d.Dir, LayerName)
 	for _, p := range []string{layer, d.Rootfs} {
@@ -224,7 +228,7 @@ func (m *Manager) mount(d Disk, lowerDir string) error {
 	if err := unix.Mount(dev.Name(), layer, "ext4", layerFlags, ""); err != nil {
 		return fmt.Errorf("mount %s on %s: %w", dev.Name(), layer, err)
 	}
-	if err := overlay(d, lowerDir, layer); err != nil {
+	if err := overlay(d, lowerDirs(d.Layers, lowerDir), layer); err != nil {
 		if uerr := unmountAll(layer); uerr != nil {
 			m.log.Warn("undo layer mount", "dir", d.Dir, "err", uerr)
 		}
@@ -243,13 +247,14 @@ const (
 )
 
 // overlay creates upper and work in layer (upper takes the owner and mode of the
-// lower root, so the merged "/" looks like the template's) and mounts the overlay
-// on d.Rootfs, through idmapped layers when d has a user namespace.
-func overlay(d Disk, lowerDir, layer string) error {
+// topmost lower root, so the merged "/" looks like the template's) and mounts
+// the overlay of lowers (topmost first) on d.Rootfs, through idmapped layers
+// when d has a user namespace.
+func overlay(d Disk, lowers []string, layer string) error {
 	upper, work := filepath.Join(layer, upperName), filepath.Join(layer, workName)
 	var st unix.Stat_t
-	if err := unix.Stat(lowerDir, &st); err != nil {
-		return fmt.Errorf("stat lower %s: %w", lowerDir, err)
+	if err := unix.Stat(lowers[0], &st); err != nil {
+		return fmt.Errorf("stat lower %s: %w", lowers[0], err)
 	}
 	if err := os.Mkdir(upper, 0o755); err == nil {
 		if err := os.Chown(upper, int(st.Uid), int(st.Gid)); err != nil {
@@ -265,9 +270,9 @@ func overlay(d Disk, lowerDir, layer string) error {
 		return err
 	}
 	if d.Userns != "" {
-		return idmappedOverlay(d, lowerDir, layer)
+		return idmappedOverlay(d, lowers, layer)
 	}
-	opts := "lowerdir=" + lowerDir + ",upperdir=" + upper + ",workdir=" + work
+	opts := "lowerdir=" + strings.Join(lowers, ":") + ",upperdir=" + upper + ",workdir=" + work
 	if err := unix.Mount("overlay", d.Rootfs, "overlay", overlayFlags, opts); err != nil {
 		return fmt.Errorf("mount overlay on %s: %w", d.Rootfs, err)
 	}

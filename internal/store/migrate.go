@@ -87,6 +87,22 @@ func migrations() []string {
 		UNIQUE (team, name)
 	);
 	ALTER TABLE sandboxes ADD COLUMN network_secret BLOB;`,
+		// 6: snapshots (E2B's /sandboxes/{id}/snapshots): a team's captured
+		// sandbox states; name is '' for unnamed ones and unique per team
+		// otherwise. internal ones are a fork's capture, never listed.
+		`CREATE TABLE snapshots (
+		id          TEXT PRIMARY KEY,
+		team        TEXT NOT NULL,
+		name        TEXT NOT NULL DEFAULT '',
+		sandbox_id  TEXT NOT NULL,
+		template_id TEXT NOT NULL,
+		mode        TEXT NOT NULL,
+		size_bytes  INTEGER NOT NULL,
+		created_at  INTEGER NOT NULL,
+		internal    INTEGER NOT NULL DEFAULT 0
+	);
+	CREATE UNIQUE INDEX snapshots_team_name ON snapshots (team, name) WHERE name != '';
+	CREATE INDEX snapshots_team_created ON snapshots (team, created_at, id);`,
 	}
 }
 

@@ -87,6 +87,13 @@ func (s *server) create(t *testing.T, body map[string]any) *sandbox {
 	if code := s.api("POST", "/v2/sandboxes", body, &out); code != 201 {
 		t.Fatalf("create: status %d: %v\n%s", code, out, s.log())
 	}
+	return s.attach(t, out)
+}
+
+// attach returns the clients of the sandbox a create (or fork) answered with
+// out, killed when the test ends.
+func (s *server) attach(t *testing.T, out map[string]any) *sandbox {
+	t.Helper()
 	sb := &sandbox{ID: out["sandboxID"].(string), s: s}
 	sb.Token, _ = out["envdAccessToken"].(string)
 	hc := &http.Client{Transport: &sandboxTransport{id: sb.ID, token: sb.Token}}

@@ -30,7 +30,7 @@ func (b *Backend) usernsPath(id string) string { return filepath.Join(b.sandboxD
 // mapping without a range). A sandbox recorded without a rootfs path (created
 // before run dirs existed) keeps its rootfs in its directory.
 func (b *Backend) disk(s *sandbox) rootfs.Disk {
-	d := rootfs.Disk{Dir: b.sandboxDir(s.ID), Rootfs: s.Rootfs}
+	d := rootfs.Disk{Dir: b.sandboxDir(s.ID), Rootfs: s.Rootfs, Layers: s.Layers}
 	if d.Rootfs == "" {
 		d.Rootfs = filepath.Join(d.Dir, rootfs.RootfsName)
 	}

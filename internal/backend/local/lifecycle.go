@@ -49,11 +49,17 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (inst b
 		NoInternet: req.NoInternet || req.Egress.BlocksAll(), egress: req.Egress,
 		Rootfs: filepath.Join(b.runDir(req.SandboxID), rootfs.RootfsName),
 	}
+	if req.Snapshot != "" {
+		if err := b.useSnapshot(s, req.Snapshot); err != nil {
+			return backend.Instance{}, err
+		}
+		undo.push(func() { b.dropLayers(cleanupCtx, s.ID) })
+	}
 	netnsPath, err := b.provision(ctx, s, &undo)
 	if err != nil {
 		return backend.Instance{}, err
 	}
-	rootPath, err := b.rootfs.Prepare(ctx, b.disk(s), req.RootfsDir, int64(req.DiskSizeMB)<<20)
+	rootPath, err := b.rootfs.Prepare(ctx, b.disk(s), s.Lower, int64(req.DiskSizeMB)<<20)
 	if err != nil {
 		return backend.Instance{}, fmt.Errorf("prepare rootfs: %w", err)
 	}
@@ -292,6 +298,7 @@ func (b *Backend) destroy(ctx context.Context, id, rtName string) error {
 		if err := b.releaseIDs(id, st.IDs, stErr == nil); err != nil {
 			errs = append(errs, fmt.Errorf("release id range: %w", err))
 		}
+		b.dropLayers(ctx, id)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("destroy sandbox %s: %w", id, err)

@@ -75,6 +75,8 @@ type Config struct {
 	// roots). Default <Dir>/../run, which suits only sandboxes without a user
 	// namespace when Dir's parents are private.
 	RunDir string
+	// SnapshotDir holds the snapshots (see Snapshot); default <Dir>/../snapshots.
+	SnapshotDir string
 	// Userns gives new sandboxes their own user namespace; IDs and Namespaces
 	// must then be set (they are also needed to resume or re-adopt sandboxes
 	// created with one).
@@ -126,6 +128,9 @@ type Backend struct {
 	closed    atomic.Bool // set by Close: exit watchers no longer act
 	egress    EgressProxy // nil without one
 	logMu     sync.Mutex  // serialises writes to decision logs
+
+	snapMu     sync.Mutex                // guards snapshot records and layerUsers
+	layerUsers map[string][]rootfs.Layer // sandbox ID -> the snapshot layers it stacks
 }
 
 // sandbox is what the backend remembers about one instance; it is also persisted
@@ -150,6 +155,9 @@ type sandbox struct {
 	// Rootfs is the overlay mount point; "" = <dir>/rootfs (sandboxes created
 	// before run dirs existed).
 	Rootfs string `json:"rootfs,omitempty"`
+	// Layers are the snapshot layers between its disk and Lower (started from
+	// a snapshot), topmost first.
+	Layers []rootfs.Layer `json:"layers,omitempty"`
 	// egress is the sandbox's egress policy (not persisted: it holds
 	// credentials; the control plane sets it again after a restart).
 	egress    *policy.Policy
@@ -185,11 +193,17 @@ func New(cfg Config, rts []runtime.Runtime, nm *network.Manager, rm *rootfs.Mana
 	if cfg.RunDir == "" {
 		cfg.RunDir = filepath.Join(cfg.Dir, "..", "run")
 	}
+	if cfg.SnapshotDir == "" {
+		cfg.SnapshotDir = filepath.Join(cfg.Dir, "..", "snapshots")
+	}
 	if cfg.Userns && (cfg.IDs == nil || cfg.Namespaces == nil) {
 		return nil, errors.New("local backend: user namespaces need an id allocator and a namespace creator")
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create sandboxes dir: %w", err)
+	}
+	if err := os.MkdirAll(cfg.SnapshotDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create snapshots dir: %w", err)
 	}
 	if err := os.MkdirAll(cfg.RunDir, 0o711); err != nil {
 		return nil, fmt.Errorf("create run dir: %w", err)
@@ -201,7 +215,7 @@ func New(cfg Config, rts []runtime.Runtime, nm *network.Manager, rm *rootfs.Mana
 		cfg: cfg, log: log, net: nm, rootfs: rm, egress: cfg.Egress,
 		runtimes:  map[string]runtime.Runtime{},
 		defRT:     rts[0].Name(),
-		sandboxes: map[string]*sandbox{},
+		sandboxes: map[string]*sandbox{}, layerUsers: map[string][]rootfs.Layer{},
 	}
 	for _, rt := range rts {
 		b.runtimes[rt.Name()] = rt

@@ -88,6 +88,7 @@ func (b *Backend) adopt(ctx context.Context, id string, c container, hasContaine
 	if hasContainer {
 		s.Runtime = c.rt.Name()
 	}
+	rootfs.Thaw(b.sandboxDir(id)) // a capture the server died in froze the disk
 	if err := b.reclaimIDs(ctx, s, hasContainer && alive(c.state)); err != nil {
 		return nil, fmt.Errorf("re-claim id range: %w", err)
 	}
@@ -121,6 +122,7 @@ func (b *Backend) adopt(ctx context.Context, id string, c container, hasContaine
 	b.mu.Lock()
 	b.sandboxes[s.ID] = s
 	b.mu.Unlock()
+	b.useLayers(s)
 	if running {
 		if err := b.watchExit(s); err != nil {
 			b.log.Warn("cannot watch sandbox init", "sandbox", s.ID, "err", err)

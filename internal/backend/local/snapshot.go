@@ -1,0 +1,311 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/cubby-dev/cubby/internal/agentapi"
+	"github.com/cubby-dev/cubby/internal/backend"
+	"github.com/cubby-dev/cubby/internal/rootfs"
+)
+
+// Snapshots live in Config.SnapshotDir, one directory each:
+//
+//	<SnapshotDir>/<snapID>/disk.img       the source's disk, captured (sparse)
+//	<SnapshotDir>/<snapID>/mnt/           disk.img mounted ro,nosuid,nodev while used
+//	<SnapshotDir>/<snapID>/snapshot.json  snapshotRecord
+//	<SnapshotDir>/.tmp-<snapID>/          a capture in progress (removed at start)
+//
+// A sandbox started from a snapshot gets an empty disk of its own over the
+// snapshot's layers (its captured disk and those of the snapshots its source
+// was started from) and the template: N sandboxes from one snapshot share its
+// data copy-on-write (overlayfs copy-up), and a snapshot costs only what its
+// source wrote.
+const (
+	snapshotFile      = "snapshot.json"
+	snapshotMnt       = "mnt"
+	snapshotTmp       = ".tmp-"
+	maxSnapshotLayers = 32 // overlay lower layers a sandbox may stack (mount options fit a page)
+)
+
+// snapshotIDs are the snapshot names Snapshot accepts.
+var snapshotIDs = regexp.MustCompile(`^[a-z0-9]{1,64}$`)
+
+// snapshotRecord is a snapshot's snapshot.json.
+type snapshotRecord struct {
+	ID        string               `json:"id"`
+	Lower     string               `json:"lower"`  // the template tree
+	Layers    []rootfs.Layer       `json:"layers"` // its own captured disk first, then its source's layers
+	Runtime   string               `json:"runtime"`
+	Mode      backend.SnapshotMode `json:"mode"`
+	SizeBytes int64                `json:"sizeBytes"`
+	CreatedAt time.Time            `json:"createdAt"`
+	Deleted   bool                 `json:"deleted,omitempty"` // kept only while something uses its layer
+}
+
+func (b *Backend) snapshotDir(id string) string { return filepath.Join(b.cfg.SnapshotDir, id) }
+
+// Snapshot implements backend.Backend: the disk of the running sandbox is
+// captured into a staging directory with its filesystem frozen for the copy
+// (rootfs.Capture), described, and renamed into place.
+func (b *Backend) Snapshot(ctx context.Context, id, snapID string) (backend.Snapshot, error) {
+	if !snapshotIDs.MatchString(snapID) {
+		return backend.Snapshot{}, fmt.Errorf("snapshot id %q: want [a-z0-9]{1,64}", snapID)
+	}
+	s, err := b.lockRunning(id, "snapshot")
+	if err != nil {
+		return backend.Snapshot{}, err
+	}
+	defer s.mu.Unlock()
+	if len(s.Layers) >= maxSnapshotLayers {
+		return backend.Snapshot{}, fmt.Errorf("snapshot %s: %w (%d layers)", id, backend.ErrTooDeep, len(s.Layers))
+	}
+	final := b.snapshotDir(snapID)
+	if _, err := os.Stat(final); err == nil {
+		return backend.Snapshot{}, fmt.Errorf("snapshot %s: %s exists", id, snapID)
+	}
+	staging := filepath.Join(b.cfg.SnapshotDir, snapshotTmp+snapID)
+	if err := os.MkdirAll(staging, 0o700); err != nil {
+		return backend.Snapshot{}, fmt.Errorf("snapshot %s: %w", id, err)
+	}
+	rec, paused, err := b.capture(ctx, s, staging, final, snapID)
+	if err != nil {
+		_ = os.RemoveAll(staging)
+		return backend.Snapshot{}, fmt.Errorf("snapshot %s: %w", id, err)
+	}
+	b.log.Info("sandbox snapshotted", "sandbox", id, "snapshot", snapID, "bytes", rec.SizeBytes, "paused", paused)
+	s.out.Note(slog.LevelInfo, "sandbox snapshotted", "snapshot", snapID, "paused", paused.String())
+	return backend.Snapshot{ID: snapID, Mode: rec.Mode, SizeBytes: rec.SizeBytes, Paused: paused}, nil
+}
+
+// capture copies s's disk into staging, writes its record there and renames
+// staging to final: the snapshot exists complete or not at all.
+func (b *Backend) capture(ctx context.Context, s *sandbox, staging, final, snapID string) (snapshotRecord, time.Duration, error) {
+	paused, err := b.rootfs.Capture(ctx, b.disk(s), filepath.Join(staging, rootfs.ImageName), []string{agentapi.StateDir})
+	if err != nil {
+		return snapshotRecord{}, paused, err
+	}
+	size, err := rootfs.AllocatedBytes(filepath.Join(staging, rootfs.ImageName))
+	if err != nil {
+		return snapshotRecord{}, paused, err
+	}
+	own := rootfs.Layer{Image: filepath.Join(final, rootfs.ImageName), Mount: filepath.Join(final, snapshotMnt)}
+	rec := snapshotRecord{
+		ID: snapID, Lower: s.Lower, Layers: append([]rootfs.Layer{own}, s.Layers...), Runtime: s.Runtime,
+		Mode: backend.SnapshotFilesystem, SizeBytes: size, CreatedAt: time.Now().UTC(),
+	}
+	if err := writeFileSync(filepath.Join(staging, snapshotFile), rec); err != nil {
+		return snapshotRecord{}, paused, err
+	}
+	if err := os.Rename(staging, final); err != nil {
+		return snapshotRecord{}, paused, fmt.Errorf("commit snapshot: %w", err)
+	}
+	if err := syncDir(b.cfg.SnapshotDir); err != nil {
+		return snapshotRecord{}, paused, err
+	}
+	return rec, paused, nil
+}
+
+// writeFileSync writes v as JSON to path and flushes it to disk.
+func writeFileSync(path string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", filepath.Base(path), err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// loadSnapshot reads the record of snapshot snapID.
+func (b *Backend) loadSnapshot(snapID string) (snapshotRecord, error) {
+	var rec snapshotRecord
+	if !snapshotIDs.MatchString(snapID) {
+		return rec, fmt.Errorf("snapshot %q: %w", snapID, backend.ErrSnapshotNotFound)
+	}
+	data, err := os.ReadFile(filepath.Join(b.snapshotDir(snapID), snapshotFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return rec, fmt.Errorf("snapshot %s: %w", snapID, backend.ErrSnapshotNotFound)
+	}
+	if err != nil {
+		return rec, fmt.Errorf("read snapshot %s: %w", snapID, err)
+	}
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return rec, fmt.Errorf("decode snapshot %s: %w", snapID, err)
+	}
+	return rec, nil
+}
+
+// useSnapshot gives the new sandbox s the layers of snapshot snapID and
+// records that s uses them, so they are not collected under it.
+func (b *Backend) useSnapshot(s *sandbox, snapID string) error {
+	b.snapMu.Lock()
+	defer b.snapMu.Unlock()
+	rec, err := b.loadSnapshot(snapID)
+	if err == nil && rec.Deleted {
+		err = fmt.Errorf("snapshot %s: %w", snapID, backend.ErrSnapshotNotFound)
+	}
+	if err != nil {
+		return err
+	}
+	s.Lower, s.Layers = rec.Lower, rec.Layers
+	b.layerUsers[s.ID] = rec.Layers
+	return nil
+}
+
+// useLayers records the layers of an adopted or created sandbox s.
+func (b *Backend) useLayers(s *sandbox) {
+	if len(s.Layers) == 0 {
+		return
+	}
+	b.snapMu.Lock()
+	b.layerUsers[s.ID] = s.Layers
+	b.snapMu.Unlock()
+}
+
+// dropLayers forgets sandbox id's use of layers and collects what is unused.
+func (b *Backend) dropLayers(ctx context.Context, id string) {
+	b.snapMu.Lock()
+	_, had := b.layerUsers[id]
+	delete(b.layerUsers, id)
+	b.snapMu.Unlock()
+	if had {
+		b.collectSnapshots(ctx)
+	}
+}
+
+// DeleteSnapshot implements backend.Backend.
+func (b *Backend) DeleteSnapshot(ctx context.Context, snapID string) error {
+	if err := b.markDeleted(snapID); err != nil {
+		return err
+	}
+	b.collectSnapshots(ctx)
+	return nil
+}
+
+func (b *Backend) markDeleted(snapID string) error {
+	b.snapMu.Lock()
+	defer b.snapMu.Unlock()
+	rec, err := b.loadSnapshot(snapID)
+	if errors.Is(err, backend.ErrSnapshotNotFound) || err == nil && rec.Deleted {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	rec.Deleted = true
+	return writeFileSync(filepath.Join(b.snapshotDir(snapID), snapshotFile), rec)
+}
+
+// PruneSnapshots implements backend.Backend.
+func (b *Backend) PruneSnapshots(ctx context.Context, known []string) error {
+	keep := map[string]bool{}
+	for _, id := range known {
+		keep[id] = true
+	}
+	entries, err := os.ReadDir(b.cfg.SnapshotDir)
+	if err != nil {
+		return fmt.Errorf("prune snapshots: %w", err)
+	}
+	var errs []error
+	for _, e := range entries {
+		name := e.Name()
+		switch {
+		case strings.HasPrefix(name, snapshotTmp):
+			errs = append(errs, os.RemoveAll(filepath.Join(b.cfg.SnapshotDir, name)))
+		case !keep[name]:
+			errs = append(errs, b.markDeleted(name))
+		}
+	}
+	b.collectSnapshots(ctx)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("prune snapshots: %w", err)
+	}
+	return nil
+}
+
+// collectSnapshots removes every deleted snapshot whose captured disk no
+// sandbox and no live snapshot stacks any more.
+func (b *Backend) collectSnapshots(ctx context.Context) {
+	b.snapMu.Lock()
+	defer b.snapMu.Unlock()
+	entries, err := os.ReadDir(b.cfg.SnapshotDir)
+	if err != nil {
+		b.log.Warn("collect snapshots", "err", err)
+		return
+	}
+	used := map[string]bool{}
+	for _, layers := range b.layerUsers {
+		markUsed(used, layers)
+	}
+	var deleted []snapshotRecord
+	for _, e := range entries {
+		rec, err := b.loadSnapshot(e.Name())
+		switch {
+		case err != nil:
+			continue
+		case rec.Deleted:
+			deleted = append(deleted, rec)
+		default:
+			markUsed(used, rec.Layers)
+		}
+	}
+	for _, rec := range deleted {
+		if used[rec.Layers[0].Image] {
+			continue
+		}
+		if err := b.removeSnapshot(ctx, rec); err != nil {
+			b.log.Warn("remove deleted snapshot", "snapshot", rec.ID, "err", err)
+		}
+	}
+}
+
+func markUsed(used map[string]bool, layers []rootfs.Layer) {
+	for _, l := range layers {
+		used[l.Image] = true
+	}
+}
+
+// removeSnapshot unmounts a snapshot's captured disk and removes its directory.
+func (b *Backend) removeSnapshot(ctx context.Context, rec snapshotRecord) error {
+	if err := b.rootfs.ReleaseLayer(ctx, rec.Layers[0]); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(b.snapshotDir(rec.ID)); err != nil {
+		return err
+	}
+	b.log.Info("snapshot removed", "snapshot", rec.ID)
+	return nil
+}
