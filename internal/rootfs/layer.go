@@ -181,17 +181,45 @@ func scrub(img string, drop []string) (err error) {
 			err = fmt.Errorf("scrub %s: %w", img, uerr)
 		}
 	}()
-	root, err := os.OpenRoot(filepath.Join(mnt, upperName))
+	upper, err := os.Open(filepath.Join(mnt, upperName))
 	if err != nil {
 		return fmt.Errorf("scrub %s: %w", img, err)
 	}
-	defer root.Close()
+	defer upper.Close()
 	for _, p := range drop {
-		if err := root.RemoveAll(strings.TrimPrefix(filepath.Clean(p), "/")); err != nil {
+		if err := removeInRoot(upper, p); err != nil {
 			return fmt.Errorf("scrub %s: remove %s: %w", img, p, err)
 		}
 	}
 	return nil
+}
+
+// removeInRoot removes path (and everything below it) from the tree at root,
+// resolving its parents as the sandbox would, with root as "/" (openat2
+// RESOLVE_IN_ROOT: absolute symlinks and ".." stay inside), and never
+// following a symlink in its last component. A missing path is no error.
+func removeInRoot(root *os.File, path string) error {
+	rel := strings.TrimPrefix(filepath.Clean("/"+path), "/")
+	if rel == "" {
+		return errors.New("refusing to remove the root")
+	}
+	fd, err := unix.Openat2(int(root.Fd()), filepath.Dir(rel), &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
+	})
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	parent, err := os.OpenRoot(fdPath(fd, ""))
+	if err != nil {
+		return err
+	}
+	defer parent.Close()
+	return parent.RemoveAll(filepath.Base(rel))
 }
 
 // check runs `e2fsck -p` on an unmounted image (exit 1: errors corrected).
