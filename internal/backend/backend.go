@@ -8,6 +8,9 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/agentapi"
@@ -45,11 +48,27 @@ type CreateRequest struct {
 	Boot agentapi.BootOptions
 	// Init is sent to the agent once it answers /health, before Create returns.
 	Init agentapi.InitRequest
+	// Volumes are the volumes (Backend.CreateVolume) to mount, each at its
+	// path; nil = none.
+	Volumes []VolumeMount
 	// Snapshot is the ID of a snapshot (Backend.Snapshot) to start from: the
 	// sandbox gets the snapshot's files on a disk of its own (and RootfsDir is
 	// taken from the snapshot). "" = a fresh disk over RootfsDir.
 	Snapshot string
 }
+
+// VolumeMount mounts volume ID read-write at Path (absolute, clean, not "/")
+// inside a sandbox; the sandbox's root owns what the volume's root owns.
+type VolumeMount struct {
+	ID   string `json:"id"`
+	Path string `json:"path"`
+}
+
+// ErrVolumeInUse is returned by DeleteVolume while a sandbox mounts the volume.
+var ErrVolumeInUse = errors.New("volume is in use")
+
+// ErrVolumeNotFound is returned for a volume the backend does not hold.
+var ErrVolumeNotFound = errors.New("volume not found in backend")
 
 // SnapshotMode says what a snapshot holds (reported as a snapshot's `mode`).
 type SnapshotMode string
@@ -213,6 +232,20 @@ type Backend interface {
 	// PruneSnapshots deletes (as DeleteSnapshot) every snapshot not in known
 	// and removes captures a crash left incomplete. Called after Recover.
 	PruneSnapshots(ctx context.Context, known []string) error
+	// CreateVolume creates volume id ([a-z0-9]{1,64}) holding up to
+	// sizeBytes of files; it is complete when CreateVolume returns (on error
+	// nothing is kept).
+	CreateVolume(ctx context.Context, id string, sizeBytes int64) error
+	// DeleteVolume deletes volume id with its files. Errors: ErrVolumeInUse
+	// while a sandbox (running or paused) mounts it. Unknown IDs return nil.
+	DeleteVolume(ctx context.Context, id string) error
+	// OpenVolume returns the root of volume id's files for reading and
+	// writing from the host (the volume content API); the caller closes it.
+	// Errors: ErrVolumeNotFound.
+	OpenVolume(ctx context.Context, id string) (*os.Root, error)
+	// PruneVolumes deletes every volume not in known and not in use (a crash
+	// between create and record). Called after Recover.
+	PruneVolumes(ctx context.Context, known []string) error
 	// Recover re-adopts sandboxes that survived a restart of the server. It is given
 	// the IDs the store believes are alive and returns those really alive, running
 	// or paused in any mode (a sandbox paused to disk has no container but is
@@ -221,4 +254,22 @@ type Backend interface {
 	Recover(ctx context.Context, known []string) ([]Instance, error)
 	// Close releases host-wide resources held by the backend (not the sandboxes).
 	Close() error
+}
+
+// ValidVolumePath reports why p cannot be a volume mount path ("" when it
+// can): it must be absolute and clean, not "/", and outside the kernel and
+// agent paths (/proc, /sys, /dev, the agent binary's /opt/cubby).
+func ValidVolumePath(p string) string {
+	switch {
+	case !strings.HasPrefix(p, "/") || filepath.Clean(p) != p:
+		return "must be an absolute, clean path (no '..', '.', '//' or trailing '/')"
+	case p == "/":
+		return "must not be /"
+	}
+	for _, reserved := range []string{"/proc", "/sys", "/dev", "/opt/cubby", "/etc/hostname", "/etc/hosts", "/etc/resolv.conf"} {
+		if p == reserved || strings.HasPrefix(p, reserved+"/") {
+			return "must not be in " + reserved
+		}
+	}
+	return ""
 }

@@ -51,6 +51,9 @@ type Config struct {
 	// PoolMemoryBudget caps the memory (bytes) held by warm sandboxes; 0 = a
 	// quarter of the host's RAM.
 	PoolMemoryBudget uint64
+	// DefaultVolumeMB is the size (quota) of a volume created without
+	// `sizeMB`, in MiB. Default 1024.
+	DefaultVolumeMB int
 	// Admission limits creates (and warm-pool claims) per team and server-wide;
 	// a refused create is a 429. Zero fields are no limit.
 	Admission admission.Limits
@@ -71,6 +74,9 @@ func (c *Config) defaults() {
 	}
 	if c.DefaultDiskMB <= 0 {
 		c.DefaultDiskMB = 1024
+	}
+	if c.DefaultVolumeMB <= 0 {
+		c.DefaultVolumeMB = 1024
 	}
 	if c.MetricsInterval <= 0 {
 		c.MetricsInterval = 5 * time.Second
@@ -169,6 +175,9 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	if err := s.pruneSnapshots(ctx); err != nil {
 		s.log.Error("prune snapshots", "err", err)
+	}
+	if err := s.pruneVolumes(ctx); err != nil {
+		s.log.Error("prune volumes", "err", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -48,6 +48,9 @@ type createSpec struct {
 	internalSnapshot bool
 	// snapshot is the snapshot ID template resolved to; "" = a template.
 	snapshot string
+	// mounts are the create's volumeMounts, resolved into volumes by create.
+	mounts  *[]api.SandboxVolumeMount
+	volumes []backend.VolumeMount
 }
 
 // specFromBody validates a create body; secure and defTTL depend on the API version.
@@ -81,6 +84,7 @@ func (s *Service) specFromBody(b api.NewSandboxV2, secure bool, defTTL time.Dura
 		return createSpec{}, err
 	}
 	sp.egress, sp.network, sp.proxyPass = ns.policy, ns.stored, ns.password
+	sp.mounts = b.VolumeMounts
 	if b.Network != nil {
 		sp.traffic = b.Network.AllowPublicTraffic != nil && !*b.Network.AllowPublicTraffic
 	}
@@ -90,8 +94,6 @@ func (s *Service) specFromBody(b api.NewSandboxV2, secure bool, defTTL time.Dura
 // unsupported rejects create options Cubby cannot honour rather than ignoring them.
 func unsupported(b api.NewSandboxV2) error {
 	switch {
-	case b.VolumeMounts != nil && len(*b.VolumeMounts) > 0:
-		return badRequest("volumeMounts are not supported by this server")
 	case b.Mcp != nil && len(*b.Mcp) > 0:
 		return badRequest("mcp is not supported by this server")
 	case b.Iam != nil && len(*b.Iam) > 0:
@@ -183,6 +185,9 @@ func (s *Service) create(ctx context.Context, sp createSpec) (store.Sandbox, err
 	if err := s.checkSecrets(ctx, sp.team, sp.egress); err != nil {
 		return store.Sandbox{}, err
 	}
+	if sp.volumes, err = s.volumeMounts(ctx, sp.team, sp.mounts); err != nil {
+		return store.Sandbox{}, err
+	}
 	began := time.Now()
 	rec := s.newRecord(sp, ref)
 	ticket, err := s.admit.Admit(recordTeam(rec), rec.MemoryMB)
@@ -246,7 +251,7 @@ func (s *Service) resolveTemplate(ctx context.Context, sp *createSpec) (Template
 // backend's recovery sweeps it as unknown.
 func (s *Service) startInstance(ctx context.Context, rec *store.Sandbox, ref TemplateRef, sp createSpec) (backend.Instance, error) {
 	req := s.createRequest(*rec, ref, sp)
-	if s.pool != nil && req.Snapshot == "" {
+	if s.pool != nil && req.Snapshot == "" && len(req.Volumes) == 0 {
 		if in, ok := s.pool.Claim(ctx, req); ok {
 			rec.ID = in.SandboxID
 			err := s.store.InsertSandbox(ctx, *rec)
@@ -327,6 +332,7 @@ func (s *Service) createRequest(rec store.Sandbox, ref TemplateRef, sp createSpe
 		Egress:     sp.egress,
 		Boot:       s.cfg.Boot,
 		Snapshot:   sp.snapshot,
+		Volumes:    sp.volumes,
 		Init: agentapi.InitRequest{
 			EnvVars: sp.envVars, AccessToken: rec.AccessToken, TrafficAccessToken: rec.TrafficToken,
 			DefaultUser: defaultUser, DefaultWorkdir: defaultWorkdir, Timestamp: time.Now(),

@@ -9,7 +9,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -40,10 +42,13 @@ type fakeBackend struct {
 	killCtx   []error                   // ctx.Err() seen by each Kill
 	egress    map[string]*policy.Policy // last SetEgress per sandbox
 	snapshots map[string]bool           // snapshot ID -> deleted
+	volumes   map[string]string         // volume ID -> its files (a temporary directory)
+	volUsers  map[string][]string       // sandbox ID -> volume IDs it mounts
 }
 
 func newFakeBackend() *fakeBackend {
-	return &fakeBackend{instances: map[string]*backend.Instance{}, nextIP: 2, snapshots: map[string]bool{}}
+	return &fakeBackend{instances: map[string]*backend.Instance{}, nextIP: 2, snapshots: map[string]bool{},
+		volumes: map[string]string{}, volUsers: map[string][]string{}}
 }
 
 func (f *fakeBackend) Create(_ context.Context, req backend.CreateRequest) (backend.Instance, error) {
@@ -59,6 +64,12 @@ func (f *fakeBackend) Create(_ context.Context, req backend.CreateRequest) (back
 	in := &backend.Instance{
 		SandboxID: req.SandboxID, Addr: netip.AddrFrom4([4]byte{10, 77, byte(f.nextIP >> 8), byte(f.nextIP)}),
 		HostIface: fmt.Sprintf("fake%d", f.nextIP), Runtime: "fake", StartedAt: time.Now(),
+	}
+	for _, v := range req.Volumes {
+		if _, ok := f.volumes[v.ID]; !ok {
+			return backend.Instance{}, backend.ErrVolumeNotFound
+		}
+		f.volUsers[req.SandboxID] = append(f.volUsers[req.SandboxID], v.ID)
 	}
 	f.nextIP++
 	f.instances[req.SandboxID] = in
@@ -232,6 +243,51 @@ func (f *fakeBackend) DeleteSnapshot(_ context.Context, snapID string) error {
 	defer f.mu.Unlock()
 	if _, ok := f.snapshots[snapID]; ok {
 		f.snapshots[snapID] = true
+	}
+	return nil
+}
+
+func (f *fakeBackend) CreateVolume(_ context.Context, id string, _ int64) error {
+	dir, err := os.MkdirTemp("", "fakevol-")
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.volumes[id] = dir
+	return nil
+}
+
+func (f *fakeBackend) DeleteVolume(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for sb, vols := range f.volUsers {
+		if _, live := f.instances[sb]; live && slices.Contains(vols, id) {
+			return backend.ErrVolumeInUse
+		}
+	}
+	if dir, ok := f.volumes[id]; ok {
+		delete(f.volumes, id)
+		return os.RemoveAll(dir)
+	}
+	return nil
+}
+
+func (f *fakeBackend) OpenVolume(_ context.Context, id string) (*os.Root, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	dir, ok := f.volumes[id]
+	if !ok {
+		return nil, backend.ErrVolumeNotFound
+	}
+	return os.OpenRoot(dir)
+}
+
+func (f *fakeBackend) PruneVolumes(ctx context.Context, known []string) error {
+	for id := range f.volumes {
+		if !slices.Contains(known, id) {
+			_ = f.DeleteVolume(ctx, id)
+		}
 	}
 	return nil
 }

@@ -59,6 +59,7 @@ func (s *Service) Handler() http.Handler {
 		},
 	})
 	httpAPI{s}.snapshotRoutes(mux)
+	httpAPI{s}.volumeRoutes(mux)
 	return s.authenticate(jsonFallback(mux))
 }
 

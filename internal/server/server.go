@@ -284,6 +284,7 @@ func (a *app) handler(cfg Config, self string, log *slog.Logger) (http.Handler, 
 	dh := dash.Handler()
 	mux.Handle(dashboard.Prefix, dh)
 	mux.Handle(dashboard.Prefix+"/", dh)
+	mux.Handle(controlplane.VolumeContentPrefix, a.control.VolumeContentHandler())
 	mux.Handle("/", a.control.Handler())
 	return a.metrics.InstrumentGateway(a.gateway.Handler(a.metrics.InstrumentAPI(mux))), nil
 }

@@ -103,6 +103,17 @@ func migrations() []string {
 	);
 	CREATE UNIQUE INDEX snapshots_team_name ON snapshots (team, name) WHERE name != '';
 	CREATE INDEX snapshots_team_created ON snapshots (team, created_at, id);`,
+		// 7: volumes (E2B's /volumes): a team's persistent directories; token
+		// authenticates the volume content API; size_bytes is the quota.
+		`CREATE TABLE volumes (
+		id         TEXT PRIMARY KEY,
+		team       TEXT NOT NULL,
+		name       TEXT NOT NULL,
+		token      TEXT NOT NULL,
+		size_bytes INTEGER NOT NULL,
+		created_at INTEGER NOT NULL,
+		UNIQUE (team, name)
+	);`,
 	}
 }
 

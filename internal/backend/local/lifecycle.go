@@ -55,6 +55,9 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (inst b
 		}
 		undo.push(func() { b.dropLayers(cleanupCtx, s.ID) })
 	}
+	if err := b.claimVolumes(s, req.Volumes, &undo); err != nil {
+		return backend.Instance{}, err
+	}
 	netnsPath, err := b.provision(ctx, s, &undo)
 	if err != nil {
 		return backend.Instance{}, err
@@ -195,6 +198,7 @@ func (b *Backend) writeBundle(req backend.CreateRequest, s *sandbox, rt runtime.
 	for dst, src := range etc {
 		mounts = append(mounts, specs.Mount{Destination: dst, Type: "bind", Source: src, Options: []string{"bind", "ro"}})
 	}
+	mounts = append(mounts, b.volumeMounts(s)...)
 	spec, err := oci.Build(oci.Options{
 		ID:          req.SandboxID,
 		RootfsDir:   rootPath,
@@ -299,6 +303,7 @@ func (b *Backend) destroy(ctx context.Context, id, rtName string) error {
 			errs = append(errs, fmt.Errorf("release id range: %w", err))
 		}
 		b.dropLayers(ctx, id)
+		b.dropVolumes(id)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("destroy sandbox %s: %w", id, err)

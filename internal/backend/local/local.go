@@ -77,6 +77,8 @@ type Config struct {
 	RunDir string
 	// SnapshotDir holds the snapshots (see Snapshot); default <Dir>/../snapshots.
 	SnapshotDir string
+	// VolumeDir holds the volumes (see CreateVolume); default <Dir>/../volumes.
+	VolumeDir string
 	// Userns gives new sandboxes their own user namespace; IDs and Namespaces
 	// must then be set (they are also needed to resume or re-adopt sandboxes
 	// created with one).
@@ -131,6 +133,9 @@ type Backend struct {
 
 	snapMu     sync.Mutex                // guards snapshot records and layerUsers
 	layerUsers map[string][]rootfs.Layer // sandbox ID -> the snapshot layers it stacks
+
+	volMu    sync.Mutex                       // guards volUsers and volume deletion
+	volUsers map[string][]backend.VolumeMount // sandbox ID -> the volumes it mounts
 }
 
 // sandbox is what the backend remembers about one instance; it is also persisted
@@ -158,6 +163,8 @@ type sandbox struct {
 	// Layers are the snapshot layers between its disk and Lower (started from
 	// a snapshot), topmost first.
 	Layers []rootfs.Layer `json:"layers,omitempty"`
+	// Volumes are the volumes it mounts.
+	Volumes []backend.VolumeMount `json:"volumes,omitempty"`
 	// egress is the sandbox's egress policy (not persisted: it holds
 	// credentials; the control plane sets it again after a restart).
 	egress    *policy.Policy
@@ -196,14 +203,19 @@ func New(cfg Config, rts []runtime.Runtime, nm *network.Manager, rm *rootfs.Mana
 	if cfg.SnapshotDir == "" {
 		cfg.SnapshotDir = filepath.Join(cfg.Dir, "..", "snapshots")
 	}
+	if cfg.VolumeDir == "" {
+		cfg.VolumeDir = filepath.Join(cfg.Dir, "..", "volumes")
+	}
 	if cfg.Userns && (cfg.IDs == nil || cfg.Namespaces == nil) {
 		return nil, errors.New("local backend: user namespaces need an id allocator and a namespace creator")
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create sandboxes dir: %w", err)
 	}
-	if err := os.MkdirAll(cfg.SnapshotDir, 0o700); err != nil {
-		return nil, fmt.Errorf("create snapshots dir: %w", err)
+	for _, dir := range []string{cfg.SnapshotDir, cfg.VolumeDir} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("create %s: %w", dir, err)
+		}
 	}
 	if err := os.MkdirAll(cfg.RunDir, 0o711); err != nil {
 		return nil, fmt.Errorf("create run dir: %w", err)
@@ -216,6 +228,7 @@ func New(cfg Config, rts []runtime.Runtime, nm *network.Manager, rm *rootfs.Mana
 		runtimes:  map[string]runtime.Runtime{},
 		defRT:     rts[0].Name(),
 		sandboxes: map[string]*sandbox{}, layerUsers: map[string][]rootfs.Layer{},
+		volUsers: map[string][]backend.VolumeMount{},
 	}
 	for _, rt := range rts {
 		b.runtimes[rt.Name()] = rt

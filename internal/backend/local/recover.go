@@ -123,6 +123,9 @@ func (b *Backend) adopt(ctx context.Context, id string, c container, hasContaine
 	b.sandboxes[s.ID] = s
 	b.mu.Unlock()
 	b.useLayers(s)
+	if err := b.useVolumes(s); err != nil {
+		b.log.Warn("volumes of adopted sandbox", "sandbox", s.ID, "err", err)
+	}
 	if running {
 		if err := b.watchExit(s); err != nil {
 			b.log.Warn("cannot watch sandbox init", "sandbox", s.ID, "err", err)

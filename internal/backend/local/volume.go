@@ -1,0 +1,148 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/cubby-dev/cubby/internal/backend"
+	"github.com/cubby-dev/cubby/internal/rootfs"
+)
+
+// Volumes live in Config.VolumeDir, one directory each (rootfs.CreateVolume):
+// an ext4 image per volume, its size the volume's quota, mounted on the host
+// while the volume exists and bind-mounted (idmapped with user namespaces)
+// into the sandboxes that mount it. The mount sits on a single host; a
+// backend spanning hosts would put the same directory on a network
+// filesystem.
+
+func (b *Backend) volumeDir(id string) string { return filepath.Join(b.cfg.VolumeDir, id) }
+
+// CreateVolume implements backend.Backend.
+func (b *Backend) CreateVolume(ctx context.Context, id string, sizeBytes int64) error {
+	if !snapshotIDs.MatchString(id) {
+		return fmt.Errorf("volume id %q: want [a-z0-9]{1,64}", id)
+	}
+	return b.rootfs.CreateVolume(ctx, b.volumeDir(id), sizeBytes)
+}
+
+// DeleteVolume implements backend.Backend.
+func (b *Backend) DeleteVolume(ctx context.Context, id string) error {
+	if !snapshotIDs.MatchString(id) {
+		return nil
+	}
+	b.volMu.Lock()
+	defer b.volMu.Unlock()
+	if user := b.volumeUser(id); user != "" {
+		return fmt.Errorf("delete volume %s: %w (sandbox %s)", id, backend.ErrVolumeInUse, user)
+	}
+	return b.rootfs.ReleaseVolume(ctx, b.volumeDir(id))
+}
+
+// volumeUser returns a sandbox mounting volume id, or ""; b.volMu is held.
+func (b *Backend) volumeUser(id string) string {
+	for sb, vols := range b.volUsers {
+		for _, v := range vols {
+			if v.ID == id {
+				return sb
+			}
+		}
+	}
+	return ""
+}
+
+// OpenVolume implements backend.Backend.
+func (b *Backend) OpenVolume(_ context.Context, id string) (*os.Root, error) {
+	dir := b.volumeDir(id)
+	if _, err := os.Stat(filepath.Join(dir, rootfs.ImageName)); !snapshotIDs.MatchString(id) || err != nil {
+		return nil, fmt.Errorf("volume %s: %w", id, backend.ErrVolumeNotFound)
+	}
+	if err := b.rootfs.MountVolume(dir); err != nil {
+		return nil, err
+	}
+	return os.OpenRoot(rootfs.VolumeData(dir))
+}
+
+// PruneVolumes implements backend.Backend.
+func (b *Backend) PruneVolumes(ctx context.Context, known []string) error {
+	keep := map[string]bool{}
+	for _, id := range known {
+		keep[id] = true
+	}
+	entries, err := os.ReadDir(b.cfg.VolumeDir)
+	if err != nil {
+		return fmt.Errorf("prune volumes: %w", err)
+	}
+	var errs []error
+	for _, e := range entries {
+		if !keep[e.Name()] {
+			errs = append(errs, b.DeleteVolume(ctx, e.Name()))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// useVolumes checks that s's volumes exist, mounts them on the host and
+// records that s uses them.
+func (b *Backend) useVolumes(s *sandbox) error {
+	b.volMu.Lock()
+	defer b.volMu.Unlock()
+	for _, v := range s.Volumes {
+		dir := b.volumeDir(v.ID)
+		if _, err := os.Stat(filepath.Join(dir, rootfs.ImageName)); !snapshotIDs.MatchString(v.ID) || err != nil {
+			return fmt.Errorf("volume %s: %w", v.ID, backend.ErrVolumeNotFound)
+		}
+		if err := b.rootfs.MountVolume(dir); err != nil {
+			return err
+		}
+	}
+	if len(s.Volumes) > 0 {
+		b.volUsers[s.ID] = s.Volumes
+	}
+	return nil
+}
+
+// claimVolumes validates the volume mounts of the new sandbox s and claims
+// them (useVolumes), pushing the release on undo.
+func (b *Backend) claimVolumes(s *sandbox, mounts []backend.VolumeMount, undo *undoStack) error {
+	seen := map[string]bool{}
+	for _, v := range mounts {
+		if why := backend.ValidVolumePath(v.Path); why != "" || seen[v.Path] {
+			return fmt.Errorf("volume mount path %q: %s (or given twice)", v.Path, why)
+		}
+		seen[v.Path] = true
+	}
+	s.Volumes = mounts
+	if err := b.useVolumes(s); err != nil {
+		return err
+	}
+	undo.push(func() { b.dropVolumes(s.ID) })
+	return nil
+}
+
+// dropVolumes forgets sandbox id's use of volumes.
+func (b *Backend) dropVolumes(id string) {
+	b.volMu.Lock()
+	delete(b.volUsers, id)
+	b.volMu.Unlock()
+}
+
+// volumeMounts are the OCI bind mounts of s's volumes: nosuid, nodev, and
+// idmapped through the sandbox's user namespace (the runtime's "idmap"
+// option) when it has one, so the volume's files keep the ids the sandbox
+// sees whatever its host range.
+func (b *Backend) volumeMounts(s *sandbox) []specs.Mount {
+	var out []specs.Mount
+	for _, v := range s.Volumes {
+		opts := []string{"rbind", "rw", "nosuid", "nodev"}
+		if !s.IDs.IsZero() && s.Runtime == "runc" {
+			opts = append(opts, "idmap")
+		}
+		out = append(out, specs.Mount{Destination: v.Path, Type: "bind", Source: rootfs.VolumeData(b.volumeDir(v.ID)), Options: opts})
+	}
+	return out
+}
