@@ -362,5 +362,5 @@ func (o *volumeOp) write() error {
 	if err := o.root.Chmod(o.rel, mode); err != nil {
 		return err
 	}
-	return o.answer(http.StatusOK, o.rel)
+	return o.answer(http.StatusCreated, o.rel)
 }

@@ -227,7 +227,7 @@ if ! wait_health "$origin/health" "$health_wait"; then
 fi
 log "cubby is healthy"
 
-export E2B_API_URL="$origin" E2B_SANDBOX_URL="$origin" E2B_API_KEY="$api_key"
+export E2B_API_URL="$origin" E2B_SANDBOX_URL="$origin" E2B_VOLUME_API_URL="$origin" E2B_API_KEY="$api_key"
 unset E2B_DEBUG E2B_DOMAIN
 export CUBBY_COMPAT_CONCURRENCY="$concurrency"
 

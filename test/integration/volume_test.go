@@ -100,7 +100,7 @@ func checkContentAPI(t *testing.T, s *server, v volumeInfo) {
 	if code, _ := s.content(t, volumeInfo{VolumeID: v.VolumeID, Token: "wrong"}, "GET", "path", "path=/", nil); code != http.StatusUnauthorized {
 		t.Fatalf("wrong token: %d", code)
 	}
-	if code, body := s.content(t, v, "PUT", "file", "path=/api/hello.txt&force=true", strings.NewReader("hello from the API\n")); code != 200 {
+	if code, body := s.content(t, v, "PUT", "file", "path=/api/hello.txt&force=true", strings.NewReader("hello from the API\n")); code != 201 {
 		t.Fatalf("write: %d %s", code, body)
 	}
 	if code, body := s.content(t, v, "GET", "file", "path=/api/hello.txt", nil); code != 200 || body != "hello from the API\n" {
