@@ -92,13 +92,21 @@ func (tt tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // run executes a bash command in the sandbox and fails unless it exits 0.
 func (sb *gsandbox) run(t *testing.T, cmd string) string {
 	t.Helper()
-	ctx := ctxT(t, time.Minute)
+	return execIn(t, sb.proc, cmd)
+}
+
+// execIn executes a bash command through an envd process client and fails tb
+// unless it exits 0; it returns the output.
+func execIn(tb testing.TB, proc processconnect.ProcessClient, cmd string) string {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	stdin := false
-	stream, err := sb.proc.Start(ctx, connect.NewRequest(&process.StartRequest{
+	stream, err := proc.Start(ctx, connect.NewRequest(&process.StartRequest{
 		Process: &process.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", cmd}}, Stdin: &stdin,
 	}))
 	if err != nil {
-		t.Fatalf("start %q: %v", cmd, err)
+		tb.Fatalf("start %q: %v", cmd, err)
 	}
 	defer stream.Close()
 	var out strings.Builder
@@ -114,7 +122,7 @@ func (sb *gsandbox) run(t *testing.T, cmd string) string {
 		}
 	}
 	if err := stream.Err(); err != nil || exit != 0 {
-		t.Fatalf("%q: exit %d, %v, output %q", cmd, exit, err, out.String())
+		tb.Fatalf("%q: exit %d, %v, output %q", cmd, exit, err, out.String())
 	}
 	return out.String()
 }

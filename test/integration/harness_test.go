@@ -5,6 +5,7 @@ package integration
 
 import (
 	"context"
+	"encoding/base64"
 	"net/http"
 	"strings"
 	"testing"
@@ -128,11 +129,22 @@ func (st *sandboxTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // run executes a bash command in the sandbox and returns stdout+stderr and the exit code.
 func (sb *sandbox) run(ctx context.Context, t *testing.T, cmd string) (string, int32) {
 	t.Helper()
+	return sb.runAs(ctx, t, "", cmd)
+}
+
+// runAs is run as user ("" = the sandbox's default user), named in envd's
+// Basic authorization header.
+func (sb *sandbox) runAs(ctx context.Context, t *testing.T, user, cmd string) (string, int32) {
+	t.Helper()
 	stdin := false
-	stream, err := sb.Proc.Start(ctx, connect.NewRequest(&process.StartRequest{
+	req := connect.NewRequest(&process.StartRequest{
 		Process: &process.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", cmd}},
 		Stdin:   &stdin,
-	}))
+	})
+	if user != "" {
+		req.Header().Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
+	}
+	stream, err := sb.Proc.Start(ctx, req)
 	if err != nil {
 		t.Fatalf("start %q: %v", cmd, err)
 	}
