@@ -307,6 +307,12 @@ func (o *volumeOp) mkdir() error {
 	if err != nil {
 		return err
 	}
+	return o.created(uid, gid, mode)
+}
+
+// created gives the entry just created its owner and mode (past the umask)
+// and answers 201 with it.
+func (o *volumeOp) created(uid, gid int, mode fs.FileMode) error {
 	if err := o.root.Lchown(o.rel, uid, gid); err != nil {
 		return err
 	}
@@ -356,11 +362,5 @@ func (o *volumeOp) write() error {
 		_ = o.root.Remove(o.rel) // no half-written file (a full volume, a client gone)
 		return err
 	}
-	if err := o.root.Lchown(o.rel, uid, gid); err != nil {
-		return err
-	}
-	if err := o.root.Chmod(o.rel, mode); err != nil {
-		return err
-	}
-	return o.answer(http.StatusCreated, o.rel)
+	return o.created(uid, gid, mode)
 }

@@ -90,3 +90,25 @@ func (s *Server) Metric(ctx context.Context, pattern string) (float64, error) {
 	}
 	return -1, sc.Err()
 }
+
+// VolumeContent calls the volume content API of volume id
+// (/volumecontent/{id}/{op}?{query}) with token as its bearer token and body
+// (nil = none) as the raw request body; it returns the status and the
+// response body. Errors: the request fails or its body cannot be read.
+func (s *Server) VolumeContent(ctx context.Context, id, token, method, op, query string, body io.Reader) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, method, s.URL("/volumecontent/"+id+"/"+op+"?"+query), body)
+	if err != nil {
+		return 0, "", fmt.Errorf("%s %s: %w", method, op, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return 0, "", fmt.Errorf("%s %s: %w", method, op, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, "", fmt.Errorf("%s %s: read body: %w", method, op, err)
+	}
+	return resp.StatusCode, string(data), nil
+}

@@ -22,18 +22,11 @@ type volumeInfo struct {
 // the status and body.
 func (s *server) content(t *testing.T, v volumeInfo, method, op, query string, body io.Reader) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, "http://"+s.Addr+"/volumecontent/"+v.VolumeID+"/"+op+"?"+query, body)
+	code, data, err := s.VolumeContent(context.Background(), v.VolumeID, v.Token, method, op, query, body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+v.Token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(data)
+	return code, data
 }
 
 func TestVolumes(t *testing.T) {

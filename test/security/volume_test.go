@@ -39,18 +39,11 @@ func (s *server) volumeContent(t *testing.T, id, token, method, op, path string,
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
-	req, err := http.NewRequest(method, "http://"+s.Addr+"/volumecontent/"+id+"/"+op+"?path="+url.QueryEscape(path), rd)
+	code, data, err := s.VolumeContent(context.Background(), id, token, method, op, "path="+url.QueryEscape(path), rd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(data)
+	return code, data
 }
 
 func (s *server) createWithVolume(t *testing.T, template, volumeName, path string) (*sdk.Sandbox, error) {
