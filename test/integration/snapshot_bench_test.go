@@ -115,7 +115,7 @@ func benchFork(b *testing.B, e *backendEnv, src string) (time.Duration, int64) {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			sb, err := benchCreate(b, e, sn.ID)
+			sb, err := createIn(b, e, sn.ID)
 			ids[i], errs[i] = sb.id, err
 		}()
 	}
@@ -140,9 +140,19 @@ type benchSandbox struct {
 	proc processconnect.ProcessClient
 }
 
-// benchCreate creates a base sandbox (from snapshot snap when not ""),
-// killed when the benchmark ends. Safe from any goroutine.
-func benchCreate(b *testing.B, e *backendEnv, snap string) (benchSandbox, error) {
+// mustCreateT is benchCreate for a test.
+func mustCreateT(t *testing.T, e *backendEnv) benchSandbox {
+	t.Helper()
+	sb, err := createIn(t, e, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb
+}
+
+// createIn creates a base sandbox (from snapshot snap when not "") killed
+// when tb ends. Safe from any goroutine.
+func createIn(tb testing.TB, e *backendEnv, snap string) (benchSandbox, error) {
 	id, token := "b"+randHex(8), randHex(16)
 	in, err := e.b.Create(context.Background(), backend.CreateRequest{
 		SandboxID: id, RootfsDir: e.lower, CPUCount: 1, MemoryMB: 512, DiskSizeMB: 512, Snapshot: snap,
@@ -151,14 +161,14 @@ func benchCreate(b *testing.B, e *backendEnv, snap string) (benchSandbox, error)
 	if err != nil {
 		return benchSandbox{}, err
 	}
-	b.Cleanup(func() { _ = e.b.Kill(context.Background(), id) })
+	tb.Cleanup(func() { _ = e.b.Kill(context.Background(), id) })
 	hc := &http.Client{Transport: tokenTransport{token, &http.Transport{}}}
 	return benchSandbox{id: id, proc: processconnect.NewProcessClient(hc, fmt.Sprintf("http://%s:%d", in.Addr, agentapi.EnvdPort), connect.WithProtoJSON())}, nil
 }
 
 // mustCreate is benchCreate failing b on error.
 func mustCreate(b *testing.B, e *backendEnv, snap string) benchSandbox {
-	sb, err := benchCreate(b, e, snap)
+	sb, err := createIn(b, e, snap)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -2,7 +2,9 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
@@ -11,6 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/cubby-dev/cubby/internal/runtime"
+	"github.com/cubby-dev/cubby/internal/runtime/runc"
 	"github.com/cubby-dev/cubby/internal/testserver"
 )
 
@@ -245,4 +251,28 @@ func TestSnapshotCrashLeftovers(t *testing.T) {
 	}
 	kid := s.create(t, map[string]any{"templateID": kept.SnapshotID})
 	checkCopy(ctx, t, kid)
+}
+
+// TestSnapshotDiskFull: a snapshot that runs out of disk fails cleanly: no
+// capture is left behind and the source runs on, its disk thawed (it writes).
+func TestSnapshotDiskFull(t *testing.T) {
+	e := newBackendEnv(t, "cbf", true, func(root string, log *slog.Logger) runtime.Runtime {
+		return runc.New(repoBinary(t, "runc", "CUBBY_RUNC"), root, log)
+	})
+	snaps := filepath.Join(e.dir, "snapshots")
+	if err := unix.Mount("tmpfs", snaps, "tmpfs", 0, "size=4m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(snaps, unix.MNT_DETACH) })
+	src := mustCreateT(t, e)
+	execIn(t, src.proc, "head -c 16M /dev/urandom > /home/user/big && sync")
+	if _, err := e.b.Snapshot(context.Background(), src.id, "full"+randHex(4)); !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("snapshot onto a full disk: %v, want ENOSPC", err)
+	}
+	if entries, _ := os.ReadDir(snaps); len(entries) != 0 {
+		t.Fatalf("left behind: %v", entries)
+	}
+	if out := execIn(t, src.proc, "echo still > /home/user/after && cat /home/user/after"); out != "still\n" {
+		t.Fatalf("source after the failed snapshot: %q", out)
+	}
 }
