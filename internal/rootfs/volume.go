@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -106,6 +107,70 @@ func (m *Manager) ReleaseVolume(ctx context.Context, dir string) error {
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("release volume %s: %w", dir, err)
+	}
+	return nil
+}
+
+// MountView mounts at dst (created if needed) a view of the directory src
+// idmapped through the user namespace at usernsPath (see idmapped), for
+// runtimes that cannot idmap a bind mount themselves: a sandbox bind-mounting
+// the view sees src's files with the ids it has inside. A view already
+// mounted at dst is kept.
+func (m *Manager) MountView(src, dst, usernsPath string) error {
+	mounts, err := mountinfo.Read(mountinfo.SelfPath)
+	if err != nil {
+		return fmt.Errorf("mount view %s: %w", dst, err)
+	}
+	for _, mt := range mounts {
+		if mt.Point == dst {
+			return nil
+		}
+	}
+	if err := os.MkdirAll(dst, 0o700); err != nil {
+		return fmt.Errorf("mount view %s: %w", dst, err)
+	}
+	ns, err := unix.Open(usernsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("mount view %s: open user namespace: %w", dst, err)
+	}
+	defer unix.Close(ns)
+	fd, err := idmapped(src, ns, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	if err != nil {
+		return fmt.Errorf("mount view %s: %w", dst, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("mount view %s: move_mount: %w", dst, err)
+	}
+	return nil
+}
+
+// UnmountViews unmounts every mount at or below dir (the views MountView
+// made there) and removes dir's then empty mount points with rmdir only, so
+// nothing below a mount that stays is ever removed. A missing dir returns nil.
+func UnmountViews(dir string) error {
+	mounts, err := mountinfo.Read(mountinfo.SelfPath)
+	if err != nil {
+		return fmt.Errorf("unmount views: %w", err)
+	}
+	for _, mt := range mounts {
+		if mt.Point == dir || strings.HasPrefix(mt.Point, dir+"/") {
+			if err := unmountAll(mt.Point); err != nil {
+				return fmt.Errorf("unmount views: %w", err)
+			}
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("unmount views: %w", err)
+	}
+	for _, e := range entries {
+		if err := unix.Rmdir(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("unmount views: %w", err)
+		}
 	}
 	return nil
 }

@@ -62,6 +62,9 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (inst b
 	if err != nil {
 		return backend.Instance{}, err
 	}
+	if err := b.mountViews(s); err != nil {
+		return backend.Instance{}, err
+	}
 	rootPath, err := b.rootfs.Prepare(ctx, b.disk(s), s.Lower, int64(req.DiskSizeMB)<<20)
 	if err != nil {
 		return backend.Instance{}, fmt.Errorf("prepare rootfs: %w", err)
@@ -293,7 +296,14 @@ func (b *Backend) destroy(ctx context.Context, id, rtName string) error {
 	if err := b.rootfs.Release(ctx, b.disk(st)); err != nil {
 		errs = append(errs, fmt.Errorf("release rootfs: %w", err))
 	}
+	viewsErr := b.dropVolumes(id)
+	if viewsErr != nil {
+		errs = append(errs, fmt.Errorf("volume views: %w", viewsErr))
+	}
 	for _, dir := range []string{b.runDir(id), b.sandboxDir(id)} {
+		if viewsErr != nil && dir == b.sandboxDir(id) {
+			continue // a volume view may still be mounted below it: never remove through it
+		}
 		if err := os.RemoveAll(dir); err != nil {
 			errs = append(errs, fmt.Errorf("remove sandbox dir: %w", err))
 		}
@@ -303,7 +313,6 @@ func (b *Backend) destroy(ctx context.Context, id, rtName string) error {
 			errs = append(errs, fmt.Errorf("release id range: %w", err))
 		}
 		b.dropLayers(ctx, id)
-		b.dropVolumes(id)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("destroy sandbox %s: %w", id, err)

@@ -298,6 +298,9 @@ func (b *Backend) prepareStart(ctx context.Context, s *sandbox, rt runtime.Runti
 	if err := b.useVolumes(s); err != nil {
 		return err
 	}
+	if err := b.mountViews(s); err != nil {
+		return err
+	}
 	if _, err := b.rootfs.Remount(ctx, b.disk(s), s.Lower); err != nil {
 		return fmt.Errorf("remount rootfs: %w", err)
 	}

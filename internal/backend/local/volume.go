@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
@@ -120,29 +121,66 @@ func (b *Backend) claimVolumes(s *sandbox, mounts []backend.VolumeMount, undo *u
 	if err := b.useVolumes(s); err != nil {
 		return err
 	}
-	undo.push(func() { b.dropVolumes(s.ID) })
+	undo.push(func() { _ = b.dropVolumes(s.ID) })
 	return nil
 }
 
-// dropVolumes forgets sandbox id's use of volumes.
-func (b *Backend) dropVolumes(id string) {
+// dropVolumes unmounts sandbox id's volume views and forgets its use of
+// volumes (kept when a view stays mounted: the volume is then still in use).
+func (b *Backend) dropVolumes(id string) error {
 	b.volMu.Lock()
+	defer b.volMu.Unlock()
+	if err := rootfs.UnmountViews(filepath.Join(b.sandboxDir(id), "volumes")); err != nil {
+		return err
+	}
 	delete(b.volUsers, id)
-	b.volMu.Unlock()
+	return nil
 }
 
-// volumeMounts are the OCI bind mounts of s's volumes: nosuid, nodev, and
-// idmapped through the sandbox's user namespace (the runtime's "idmap"
-// option) when it has one, so the volume's files keep the ids the sandbox
-// sees whatever its host range.
+// volumeMounts are the OCI bind mounts of s's volumes: nosuid, nodev, and,
+// when s has a user namespace, idmapped through it, so the volume's files
+// keep the ids the sandbox sees whatever its host range: by runc itself (its
+// "idmap" option), else from a view the host idmapped (mountViews).
 func (b *Backend) volumeMounts(s *sandbox) []specs.Mount {
 	var out []specs.Mount
-	for _, v := range s.Volumes {
+	for i, v := range s.Volumes {
 		opts := []string{"rbind", "rw", "nosuid", "nodev"}
-		if !s.IDs.IsZero() && s.Runtime == "runc" {
+		src := rootfs.VolumeData(b.volumeDir(v.ID))
+		switch {
+		case s.IDs.IsZero():
+		case s.Runtime == runcName:
 			opts = append(opts, "idmap")
+		default:
+			src = b.volumeView(s.ID, i)
 		}
-		out = append(out, specs.Mount{Destination: v.Path, Type: "bind", Source: rootfs.VolumeData(b.volumeDir(v.ID)), Options: opts})
+		out = append(out, specs.Mount{Destination: v.Path, Type: "bind", Source: src, Options: opts})
 	}
 	return out
+}
+
+// runcName is the runtime that idmaps bind mounts itself.
+const runcName = "runc"
+
+// needsViews reports whether s's volumes are mounted through host views.
+func needsViews(s *sandbox) bool {
+	return !s.IDs.IsZero() && s.Runtime != runcName && len(s.Volumes) > 0
+}
+
+// volumeView is where the host view of sandbox id's i-th volume is mounted.
+func (b *Backend) volumeView(id string, i int) string {
+	return filepath.Join(b.sandboxDir(id), "volumes", strconv.Itoa(i))
+}
+
+// mountViews mounts the idmapped views of s's volumes (needsViews), its user
+// namespace being in place.
+func (b *Backend) mountViews(s *sandbox) error {
+	if !needsViews(s) {
+		return nil
+	}
+	for i, v := range s.Volumes {
+		if err := b.rootfs.MountView(rootfs.VolumeData(b.volumeDir(v.ID)), b.volumeView(s.ID, i), b.usernsPath(s.ID)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
