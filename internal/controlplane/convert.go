@@ -51,7 +51,7 @@ func (s *Service) detailView(r store.Sandbox, pauseMode backend.PauseMode) api.S
 		Domain: s.domain(), StartedAt: r.StartedAt.UTC(), EndAt: r.EndAt.UTC(),
 		CpuCount: int32(r.CPUCount), MemoryMB: int32(r.MemoryMB), DiskSizeMB: int32(r.DiskSizeMB),
 		State: api.SandboxState(r.State), Metadata: &meta, AllowInternetAccess: r.AllowInternetAccess,
-		Network: networkView(r.Network), Lifecycle: &life,
+		Network: networkView(r.Network), Lifecycle: &life, VolumeMounts: mountsView(r.VolumeMounts),
 	}
 	if r.State == store.StatePaused && pauseMode != "" {
 		pm := api.SandboxPauseMode(pauseMode)
@@ -83,6 +83,7 @@ func listedView(r store.Sandbox) api.ListedSandbox {
 		StartedAt: r.StartedAt.UTC(), EndAt: r.EndAt.UTC(),
 		CpuCount: int32(r.CPUCount), MemoryMB: int32(r.MemoryMB), DiskSizeMB: int32(r.DiskSizeMB),
 		State: api.SandboxState(r.State), EnvdVersion: agentapi.EnvdVersion, Metadata: &meta,
+		VolumeMounts: mountsView(r.VolumeMounts),
 	}
 }
 

@@ -49,8 +49,9 @@ type createSpec struct {
 	// snapshot is the snapshot ID template resolved to; "" = a template.
 	snapshot string
 	// mounts are the create's volumeMounts, resolved into volumes by create.
-	mounts  *[]api.SandboxVolumeMount
-	volumes []backend.VolumeMount
+	mounts     *[]api.SandboxVolumeMount
+	volumes    []backend.VolumeMount
+	volumeRecs []store.VolumeMount
 }
 
 // specFromBody validates a create body; secure and defTTL depend on the API version.
@@ -185,7 +186,7 @@ func (s *Service) create(ctx context.Context, sp createSpec) (store.Sandbox, err
 	if err := s.checkSecrets(ctx, sp.team, sp.egress); err != nil {
 		return store.Sandbox{}, err
 	}
-	if sp.volumes, err = s.volumeMounts(ctx, sp.team, sp.mounts); err != nil {
+	if sp.volumes, sp.volumeRecs, err = s.volumeMounts(ctx, sp.team, sp.mounts); err != nil {
 		return store.Sandbox{}, err
 	}
 	began := time.Now()
@@ -311,6 +312,7 @@ func (s *Service) newRecord(sp createSpec, ref TemplateRef) store.Sandbox {
 		CPUCount: s.cfg.DefaultCPU, MemoryMB: s.cfg.DefaultMemoryMB, DiskSizeMB: s.cfg.DefaultDiskMB,
 		StartedAt: now, EndAt: now.Add(sp.ttl), State: store.StateRunning, Secure: sp.secure,
 		AllowInternetAccess: sp.allowNet, Network: sp.network, Lifecycle: sp.lifecycle,
+		VolumeMounts: sp.volumeRecs,
 	}
 	if sp.secure {
 		rec.AccessToken = newToken()

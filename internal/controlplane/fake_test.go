@@ -334,6 +334,17 @@ func (f *fakeBackend) has(id string) bool {
 	return ok
 }
 
+// ids returns the IDs of the sandboxes the fake runs.
+func (f *fakeBackend) ids() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for id := range f.instances {
+		out = append(out, id)
+	}
+	return out
+}
+
 func (f *fakeBackend) lastCreate() backend.CreateRequest {
 	f.mu.Lock()
 	defer f.mu.Unlock()

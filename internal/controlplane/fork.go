@@ -34,7 +34,7 @@ type forkError struct {
 
 // fork captures sandbox id of caller once (an internal snapshot) and starts
 // count sandboxes from it with the source's settings (envs, metadata,
-// network and egress policy, lifecycle) and new identities (ID, address,
+// network and egress policy, lifecycle, volumes) and new identities (ID, address,
 // tokens), ttl each. Each fork succeeds or fails on its own (a team over its
 // limits gets 429 entries). The capture is deleted at the end: its data stays
 // while a fork uses it.
@@ -102,7 +102,7 @@ func (s *Service) forkSpec(ctx context.Context, src store.Sandbox, sn store.Snap
 	sp := createSpec{
 		team: sn.Team, template: sn.ID, ttl: ttl, secure: src.Secure, metadata: src.Metadata, envVars: src.EnvVars,
 		allowNet: src.AllowInternetAccess, network: src.Network, lifecycle: src.Lifecycle, traffic: src.PrivateTraffic,
-		egress: p, internalSnapshot: true,
+		egress: p, internalSnapshot: true, mounts: mountsView(src.VolumeMounts),
 	}
 	if p != nil && p.Proxy != nil {
 		sp.proxyPass = p.Proxy.Password

@@ -158,6 +158,13 @@ func TestVolumeRoutes(t *testing.T) {
 	if got := h.fake.lastCreate().Volumes; len(got) != 1 || got[0].ID != v.VolumeID || got[0].Path != "/mnt/data" {
 		t.Fatalf("backend volumes %+v", got)
 	}
+	if r := h.do("GET", "/sandboxes/"+src, nil); !strings.Contains(string(r.body), `"volumeMounts":[{"name":"data","path":"/mnt/data"}]`) {
+		t.Fatalf("getInfo: %s", r.body)
+	}
+	h.do("POST", "/sandboxes/"+src+"/fork", map[string]any{"count": 1})
+	if got := h.fake.lastCreate().Volumes; len(got) != 1 || got[0].ID != v.VolumeID {
+		t.Fatalf("fork's volumes %+v", got)
+	}
 	for _, m := range []map[string]string{{"name": "nope", "path": "/x"}, {"name": "data", "path": "/proc/x"}, {"name": "data", "path": "x"}} {
 		if r := h.do("POST", "/v2/sandboxes", map[string]any{"volumeMounts": []map[string]string{m}}); r.status != 400 {
 			t.Fatalf("mount %v: %d", m, r.status)
@@ -169,7 +176,9 @@ func TestVolumeRoutes(t *testing.T) {
 	if r := h.doKey(h.teamKey("other"), "GET", "/volumes/data", nil); r.status != 404 {
 		t.Fatalf("other team: %d", r.status)
 	}
-	h.do("DELETE", "/sandboxes/"+src, nil)
+	for _, id := range h.fake.ids() {
+		h.do("DELETE", "/sandboxes/"+id, nil)
+	}
 	if r := h.do("DELETE", "/volumes/data", nil); r.status != 204 {
 		t.Fatalf("delete: %d", r.status)
 	}

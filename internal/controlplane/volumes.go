@@ -105,31 +105,46 @@ func (s *Service) deleteVolume(ctx context.Context, team, ref string) error {
 }
 
 // volumeMounts resolves a create's volumeMounts (by volume name or ID) in
-// team: 400 for an unknown volume or a bad path.
-func (s *Service) volumeMounts(ctx context.Context, team string, in *[]api.SandboxVolumeMount) ([]backend.VolumeMount, error) {
+// team into the backend's mounts and the record's: 400 for an unknown volume
+// or a bad path.
+func (s *Service) volumeMounts(ctx context.Context, team string, in *[]api.SandboxVolumeMount) ([]backend.VolumeMount, []store.VolumeMount, error) {
 	if in == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	var out []backend.VolumeMount
+	var recs []store.VolumeMount
 	seen := map[string]bool{}
 	for _, m := range *in {
 		if why := backend.ValidVolumePath(m.Path); why != "" {
-			return nil, badRequest(fmt.Sprintf("volumeMounts: path %q %s", m.Path, why))
+			return nil, nil, badRequest(fmt.Sprintf("volumeMounts: path %q %s", m.Path, why))
 		}
 		if seen[m.Path] {
-			return nil, badRequest(fmt.Sprintf("volumeMounts: path %q given twice", m.Path))
+			return nil, nil, badRequest(fmt.Sprintf("volumeMounts: path %q given twice", m.Path))
 		}
 		seen[m.Path] = true
 		v, err := s.store.FindVolume(ctx, team, m.Name)
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, badRequest(fmt.Sprintf("volumeMounts: volume '%s' not found", m.Name))
+			return nil, nil, badRequest(fmt.Sprintf("volumeMounts: volume '%s' not found", m.Name))
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = append(out, backend.VolumeMount{ID: v.ID, Path: m.Path})
+		recs = append(recs, store.VolumeMount{Name: v.Name, Path: m.Path})
 	}
-	return out, nil
+	return out, recs, nil
+}
+
+// mountsView is a record's volume mounts as the API shows them; nil for none.
+func mountsView(in []store.VolumeMount) *[]api.SandboxVolumeMount {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]api.SandboxVolumeMount, len(in))
+	for i, m := range in {
+		out[i] = api.SandboxVolumeMount{Name: m.Name, Path: m.Path}
+	}
+	return &out
 }
 
 // pruneVolumes reconciles after a restart: volume data the store does not

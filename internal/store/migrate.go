@@ -104,7 +104,8 @@ func migrations() []string {
 	CREATE UNIQUE INDEX snapshots_team_name ON snapshots (team, name) WHERE name != '';
 	CREATE INDEX snapshots_team_created ON snapshots (team, created_at, id);`,
 		// 7: volumes (E2B's /volumes): a team's persistent directories; token
-		// authenticates the volume content API; size_bytes is the quota.
+		// authenticates the volume content API; size_bytes is the quota. A
+		// sandbox records the volumes it mounts (JSON [{name, path}]).
 		`CREATE TABLE volumes (
 		id         TEXT PRIMARY KEY,
 		team       TEXT NOT NULL,
@@ -113,7 +114,8 @@ func migrations() []string {
 		size_bytes INTEGER NOT NULL,
 		created_at INTEGER NOT NULL,
 		UNIQUE (team, name)
-	);`,
+	);
+	ALTER TABLE sandboxes ADD COLUMN volume_mounts TEXT NOT NULL DEFAULT '[]';`,
 	}
 }
 

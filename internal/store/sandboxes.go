@@ -54,11 +54,20 @@ type Sandbox struct {
 	Addr                netip.Addr // zero until the backend created the sandbox
 	KilledAt            time.Time  // zero unless killed
 	KillReason          string
+	VolumeMounts        []VolumeMount // nil when none
+}
+
+// VolumeMount is a volume a sandbox mounts: the volume's name and the path
+// inside the sandbox.
+type VolumeMount struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
 }
 
 const sandboxColumns = `id, template_id, template_alias, metadata, env_vars, cpu_count, memory_mb,
 	disk_mb, started_at, end_at, state, secure, access_token, traffic_token,
-	allow_internet_access, network, lifecycle, runtime, addr, killed_at, kill_reason, team, private_traffic`
+	allow_internet_access, network, lifecycle, runtime, addr, killed_at, kill_reason, team, private_traffic,
+	volume_mounts`
 
 // InsertSandbox adds a new sandbox record. A duplicate ID is an error.
 func (s *Store) InsertSandbox(ctx context.Context, sb Sandbox) error {
@@ -98,10 +107,14 @@ func sandboxArgs(sb Sandbox) ([]any, error) {
 	if team == "" {
 		team = DefaultTeam
 	}
+	mounts, err := json.Marshal(nonNilSlice(sb.VolumeMounts))
+	if err != nil {
+		return nil, fmt.Errorf("encode volume mounts: %w", err)
+	}
 	return []any{sb.ID, sb.TemplateID, sb.TemplateAlias, string(meta), string(env), sb.CPUCount,
 		sb.MemoryMB, sb.DiskSizeMB, toMS(sb.StartedAt), toMS(sb.EndAt), string(sb.State), sb.Secure,
 		sb.AccessToken, sb.TrafficToken, allow, network, string(life), sb.Runtime, addrString(sb.Addr),
-		nullMS(sb.KilledAt), sb.KillReason, team, sb.PrivateTraffic}, nil
+		nullMS(sb.KilledAt), sb.KillReason, team, sb.PrivateTraffic, string(mounts)}, nil
 }
 
 func nonNil(m map[string]string) map[string]string {
@@ -124,6 +137,7 @@ func scanSandbox(row rowScanner) (Sandbox, error) {
 	var (
 		sb                          Sandbox
 		meta, env, life, state, adr string
+		mounts                      string
 		started, end                int64
 		allow                       sql.NullBool
 		network                     sql.NullString
@@ -131,7 +145,7 @@ func scanSandbox(row rowScanner) (Sandbox, error) {
 	)
 	err := row.Scan(&sb.ID, &sb.TemplateID, &sb.TemplateAlias, &meta, &env, &sb.CPUCount, &sb.MemoryMB,
 		&sb.DiskSizeMB, &started, &end, &state, &sb.Secure, &sb.AccessToken, &sb.TrafficToken,
-		&allow, &network, &life, &sb.Runtime, &adr, &killed, &sb.KillReason, &sb.Team, &sb.PrivateTraffic)
+		&allow, &network, &life, &sb.Runtime, &adr, &killed, &sb.KillReason, &sb.Team, &sb.PrivateTraffic, &mounts)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -145,6 +159,12 @@ func scanSandbox(row rowScanner) (Sandbox, error) {
 	}
 	if err := decodeSandboxJSON(&sb, meta, env, life); err != nil {
 		return Sandbox{}, fmt.Errorf("sandbox %s: %w", sb.ID, err)
+	}
+	if err := json.Unmarshal([]byte(mounts), &sb.VolumeMounts); err != nil {
+		return Sandbox{}, fmt.Errorf("sandbox %s: decode volume mounts: %w", sb.ID, err)
+	}
+	if len(sb.VolumeMounts) == 0 {
+		sb.VolumeMounts = nil
 	}
 	if adr != "" {
 		a, err := netip.ParseAddr(adr)
@@ -354,4 +374,12 @@ func (s *Store) transition(ctx context.Context, id string, from []State, set str
 		return fmt.Errorf("update sandbox %s: %w", id, err)
 	}
 	return fmt.Errorf("sandbox %s is %s: %w", id, state, ErrConflict)
+}
+
+// nonNilSlice returns s, or an empty slice for nil.
+func nonNilSlice[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }
