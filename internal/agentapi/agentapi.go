@@ -76,6 +76,22 @@ type Metrics struct {
 	DiskTotal  uint64  `json:"disk_total"`   // bytes of the root filesystem
 }
 
+// CABundlePath is where a sandbox sees the CA bundle the server passes in
+// (backend.CreateRequest.CABundle): build steps always get it when the
+// server has one, user sandboxes when the operator allows it.
+const CABundlePath = "/opt/cubby/etc/ca-certificates.crt"
+
+// CAEnv returns the variables that point TLS clients at CABundlePath:
+// OpenSSL (and what uses it: curl, git, Python's ssl), pip and requests, and
+// Node.js (which adds it to its built-in CAs).
+func CAEnv() map[string]string {
+	env := map[string]string{}
+	for _, k := range []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "NODE_EXTRA_CA_CERTS", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO"} {
+		env[k] = CABundlePath
+	}
+	return env
+}
+
 // BootOptions configure an agent when it starts, on its command line
 // (`cubby agent --default-contexts=… --python-preload=…`). Nil fields keep the
 // agent's defaults.
@@ -87,12 +103,16 @@ type BootOptions struct {
 	// kernels (nil = numpy, pandas, matplotlib and matplotlib.pyplot, those
 	// installed; empty = none: smaller kernels, slower first import).
 	PythonPreload []string
+	// NoInterpreter disables the code interpreter (no kernels, nothing on
+	// port 49999), as template build sandboxes run.
+	NoInterpreter bool
 }
 
 // Boot option flags of `cubby agent`.
 const (
 	FlagDefaultContexts = "default-contexts"
 	FlagPythonPreload   = "python-preload"
+	FlagNoInterpreter   = "no-code-interpreter"
 )
 
 // IdleTimeout is how long the agent keeps an idle keep-alive connection open.
@@ -109,6 +129,9 @@ func (o BootOptions) Args() []string {
 	}
 	if o.PythonPreload != nil {
 		args = append(args, "--"+FlagPythonPreload+"="+strings.Join(o.PythonPreload, ","))
+	}
+	if o.NoInterpreter {
+		args = append(args, "--"+FlagNoInterpreter)
 	}
 	return args
 }

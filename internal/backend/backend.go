@@ -55,7 +55,28 @@ type CreateRequest struct {
 	// sandbox gets the snapshot's files on a disk of its own (and RootfsDir is
 	// taken from the snapshot). "" = a fresh disk over RootfsDir.
 	Snapshot string
+	// CABundle, when set, is a host PEM file bind-mounted read-only at
+	// agentapi.CABundlePath (extra CAs of a TLS-intercepting egress proxy).
+	CABundle string
+	// Start, when set, is the template's start command: run in the
+	// background once the agent is initialised (and again whenever the
+	// sandbox boots from disk), Create returning once its ready command
+	// succeeds.
+	Start *StartCommand
 }
+
+// StartCommand is a template's start and ready commands (E2B startCmd,
+// readyCmd). Both run through the agent as the sandbox's default user in its
+// default workdir, with its environment, by bash -l -c (sh -c without bash).
+type StartCommand struct {
+	Cmd      string `json:"cmd"`
+	ReadyCmd string `json:"readyCmd,omitempty"` // "" = ready once Cmd started
+	// ReadyTimeout bounds the wait for ReadyCmd; 0 = DefaultReadyTimeout.
+	ReadyTimeout time.Duration `json:"readyTimeout,omitempty"`
+}
+
+// DefaultReadyTimeout bounds how long a create waits for a template's ready command.
+const DefaultReadyTimeout = 2 * time.Minute
 
 // VolumeMount mounts volume ID read-write at Path (absolute, clean, not "/")
 // inside a sandbox; the sandbox's root owns what the volume's root owns.

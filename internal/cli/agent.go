@@ -14,6 +14,7 @@ import (
 func newAgentCmd() *cobra.Command {
 	var addr, retired string
 	var contexts, preload []string
+	var noInterp bool
 	cmd := &cobra.Command{
 		Use:    "agent",
 		Short:  "Run the in-sandbox agent (envd protocol); started by cubby inside each sandbox",
@@ -31,11 +32,15 @@ func newAgentCmd() *cobra.Command {
 			agent.PrewarmThreads(48)
 			cfg := agent.Config{Addr: addr, Log: logger(cmd, true)}
 			cfg.Boot = bootOptions(cmd, contexts, preload)
+			if noInterp {
+				cfg.InterpreterAddr = "-"
+			}
 			a := agent.New(cfg)
 			return a.Serve(cmd.Context())
 		},
 	}
 	cmd.Flags().StringVar(&addr, "listen", ":49983", "envd listen address")
+	cmd.Flags().BoolVar(&noInterp, agentapi.FlagNoInterpreter, false, "run without the code interpreter (template build sandboxes)")
 	addBootFlags(cmd, &contexts, &preload)
 	addRetiredFlags(cmd, &retired)
 	return cmd

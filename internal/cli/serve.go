@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -99,6 +100,11 @@ cubby keys create.`,
 	f.StringVar(&cfg.EgressUpstreamCA, "egress-upstream-ca", os.Getenv(envEgressUpstreamCA),
 		"PEM file of extra CA certificates the egress proxy trusts when it re-encrypts HTTPS requests it rewrote (network rules; default $"+
 			envEgressUpstreamCA+"); the system roots always apply")
+	f.StringVar(&cfg.RegistryMirror, "registry-mirror", "", "serve Docker Hub image references (fromImage \"python:3.12\") from this registry: host:port or http://host:port")
+	f.StringVar(&cfg.OutboundCA, "outbound-ca", "host", `CA bundle template build steps trust (a TLS-intercepting gateway's CA): "host" (/etc/ssl/certs/ca-certificates.crt), "none" or a PEM file; the proxy variables of the server's environment are passed along`)
+	f.BoolVar(&cfg.SandboxOutbound, "sandbox-outbound", false, "also pass the --outbound-ca bundle and the proxy variables to every sandbox (so pip, npm and curl work behind the gateway)")
+	f.IntVar(&cfg.BuildConcurrency, "build-concurrency", 1, "template builds run at once (later ones wait)")
+	f.DurationVar(&cfg.TemplateGCAge, "template-gc-age", 24*time.Hour, "remove template trees, layers and cached build steps no template or sandbox uses once they are this old")
 	return cmd
 }
 

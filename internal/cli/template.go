@@ -2,13 +2,22 @@ package cli
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"github.com/cubby-dev/cubby/internal/server"
 	"github.com/cubby-dev/cubby/internal/template"
+)
+
+// Defaults of the network `cubby template build` runs build steps on (apart
+// from any server's: both may run at once).
+const (
+	buildBridge = "cubbyb0"
+	buildSubnet = "10.76.0.0/24"
 )
 
 func newTemplateCmd() *cobra.Command {
@@ -22,37 +31,76 @@ func newTemplateCmd() *cobra.Command {
 		}
 		return filepath.Join(dataDir, "templates")
 	}
-	var force, buildJSON bool
+	cmd.AddCommand(newTemplateBuildCmd(&dataDir, dir), newTemplateListCmd(dir))
+	return cmd
+}
+
+func newTemplateBuildCmd(dataDir *string, dir func() string) *cobra.Command {
+	var cfg server.Config
+	var subnet string
+	var force, asJSON bool
 	build := &cobra.Command{
 		Use:   "build <dir|name>",
 		Short: "Build a template from a directory with cubby-template.yaml, or a built-in by name",
-		Args:  cobra.ExactArgs(1),
+		Long: `Build a template on this host, without a server: a Debian base from mmdebstrap, then
+the definition's files, installs and commands as build steps, each in a sandbox
+(cached: an unchanged step is not run again). Build steps get their own bridge
+and subnet. Progress is printed as the steps run.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			def, err := loadDefinition(args[0])
 			if err != nil {
 				return err
 			}
-			m := template.NewManager(dir(), logger(cmd, false))
-			info, err := m.Build(cmd.Context(), def, os.Stderr, force)
+			if os.Geteuid() != 0 {
+				return fmt.Errorf("template builds must run as root (they start sandboxes)")
+			}
+			p, err := netip.ParsePrefix(subnet)
+			if err != nil {
+				return fmt.Errorf("--subnet: %w", err)
+			}
+			cfg.Subnet, cfg.DataDir, cfg.TemplatesDir = p, *dataDir, dir()
+			sa, err := server.NewStandalone(cmd.Context(), cfg, logger(cmd, false))
 			if err != nil {
 				return err
 			}
-			if buildJSON {
+			defer sa.Close()
+			errw := cmd.ErrOrStderr()
+			info, err := sa.BuildDefinition(cmd.Context(), def, force, func(e template.Entry) { fmt.Fprintln(errw, e.String()) })
+			if err != nil {
+				return err
+			}
+			if asJSON {
 				return writeJSON(cmd.OutOrStdout(), info)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "template %s (id %s) ready: %s, %.1f MiB\n", info.Name, info.ID, info.RootfsDir, float64(info.SizeBytes)/(1<<20))
+			fmt.Fprintf(cmd.OutOrStdout(), "template %s (id %s) ready: %s, %.1f MiB\n", info.Name, info.ID, info.Digest, float64(info.SizeBytes)/(1<<20))
 			return nil
 		},
 	}
-	build.Flags().BoolVar(&force, "force", false, "rebuild even when an identical build exists")
-	build.Flags().BoolVar(&buildJSON, "json", false, "print the built template as JSON (build progress stays on stderr)")
+	f := build.Flags()
+	f.BoolVar(&force, "force", false, "run every step even when a cached result exists")
+	f.BoolVar(&asJSON, "json", false, "print the built template as JSON (build progress stays on stderr)")
+	f.StringVar(&cfg.Bridge, "bridge", buildBridge, "host bridge of the build sandboxes")
+	f.StringVar(&subnet, "subnet", buildSubnet, "address range of the build sandboxes")
+	f.StringVar(&cfg.RuncBinary, "runc", "", "runc binary (default: runc next to the cubby binary, built by `make runc`, else on PATH)")
+	f.BoolVar(&cfg.Userns, "userns", true, "run build steps in their own user namespace, as `cubby serve` runs sandboxes (--userns=false: root inside is host root)")
+	f.StringVar(&cfg.RunscBinary, "runsc", "", "gVisor runsc binary (for templates with runtime: runsc)")
+	f.StringVar(&cfg.RegistryMirror, "registry-mirror", "", "serve Docker Hub images from this registry (host:port or http://host:port)")
+	f.StringVar(&cfg.OutboundCA, "outbound-ca", "host", `CA bundle build steps trust: "host" (`+"/etc/ssl/certs/ca-certificates.crt"+`), "none" or a PEM file`)
+	return build
+}
+
+func newTemplateListCmd(dir func() string) *cobra.Command {
 	var asJSON bool
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List built templates",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			m := template.NewManager(dir(), logger(cmd, false))
+			m, err := template.NewManager(dir(), logger(cmd, false))
+			if err != nil {
+				return err
+			}
 			infos, err := m.List()
 			if err != nil {
 				return err
@@ -61,16 +109,15 @@ func newTemplateCmd() *cobra.Command {
 				return writeJSON(cmd.OutOrStdout(), infos)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tID\tSIZE\tBUILT")
+			fmt.Fprintln(tw, "NAME\tID\tTAGS\tSIZE\tBUILT")
 			for _, i := range infos {
-				fmt.Fprintf(tw, "%s\t%s\t%.0f MiB\t%s\n", i.Name, i.ID, float64(i.SizeBytes)/(1<<20), i.BuiltAt.Format("2006-01-02 15:04"))
+				fmt.Fprintf(tw, "%s\t%s\t%v\t%.0f MiB\t%s\n", i.Name, i.ID, i.Tags, float64(i.SizeBytes)/(1<<20), i.BuiltAt.Format("2006-01-02 15:04"))
 			}
 			return tw.Flush()
 		},
 	}
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.AddCommand(build, list)
-	return cmd
+	return list
 }
 
 // loadDefinition reads a definition directory, or falls back to a built-in name.

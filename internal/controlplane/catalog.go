@@ -51,7 +51,14 @@ func (h httpAPI) catalog() (TemplateCatalog, error) {
 // ListTemplates implements GET /templates: every built template in E2B's
 // Template shape. Built templates are shared by every API key (public) and
 // always ready; sizes are the server's defaults for new sandboxes.
+//
+// A server with a template service (Deps.TemplateStore) lists the templates
+// the caller's team may use instead, with their use counts (templateAPI.list).
 func (h httpAPI) ListTemplates(w http.ResponseWriter, r *http.Request) {
+	if h.s.tstore != nil {
+		templateAPI{h}.list(w, r)
+		return
+	}
 	c, err := h.catalog()
 	if err != nil {
 		h.fail(w, r, err)
@@ -70,7 +77,7 @@ func (h httpAPI) ListTemplates(w http.ResponseWriter, r *http.Request) {
 			CpuCount: int32(h.s.cfg.DefaultCPU), MemoryMB: int32(h.s.cfg.DefaultMemoryMB),
 			DiskSizeMB: int32(h.s.cfg.DefaultDiskMB), Public: true, CreatedAt: t.BuiltAt.UTC(),
 			UpdatedAt: t.BuiltAt.UTC(), EnvdVersion: agentapi.EnvdVersion,
-			BuildStatus: api.TemplateBuildStatusReady, SizeBytes: &size,
+			BuildStatus: api.TemplateBuildStatusReady, SizeBytes: &size, BuildCount: 1,
 		})
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -78,8 +85,17 @@ func (h httpAPI) ListTemplates(w http.ResponseWriter, r *http.Request) {
 
 // GetTemplateBuildStatus implements GET /templates/{id}/builds/{buildID}/status
 // ?logsOffset&limit: the build (built templates are "ready") and its log
-// entries from logsOffset on, at most limit of them (0: all).
+// entries from logsOffset on, at most limit of them (0: all), at level or
+// above.
+//
+// Builds requested through the template build API (a server with a template
+// service) are answered from their record instead, live while they run
+// (templateAPI.buildStatus); the catalog answers for the others (built by
+// cubby template build or at first start) of templates the caller may see.
 func (h httpAPI) GetTemplateBuildStatus(w http.ResponseWriter, r *http.Request, templateID, buildID string, p api.GetTemplateBuildStatusParams) {
+	if h.s.tstore != nil && h.s.builds != nil && (templateAPI{h}).buildStatus(w, r, templateID, buildID, p) {
+		return
+	}
 	c, err := h.catalog()
 	if err != nil {
 		h.fail(w, r, err)
@@ -105,6 +121,15 @@ func (h httpAPI) GetTemplateBuildStatus(w http.ResponseWriter, r *http.Request, 
 		h.fail(w, r, err)
 		return
 	}
+	if p.Level != nil {
+		var kept []BuildLogLine
+		for _, l := range lines {
+			if levelRank[l.Level] >= levelRank[string(*p.Level)] {
+				kept = append(kept, l)
+			}
+		}
+		lines = kept
+	}
 	lines = lines[min(offset, len(lines)):]
 	if limit > 0 && len(lines) > limit {
 		lines = lines[:limit]
@@ -118,6 +143,9 @@ func (h httpAPI) GetTemplateBuildStatus(w http.ResponseWriter, r *http.Request, 
 	}
 	writeJSON(w, http.StatusOK, out)
 }
+
+// levelRank orders log levels (debug < info < warn < error).
+var levelRank = map[string]int{"debug": 0, "info": 1, "warn": 2, "error": 3}
 
 func nonNil(s []string) []string {
 	if s == nil {

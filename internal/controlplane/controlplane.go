@@ -7,6 +7,7 @@ package controlplane
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/admission"
 	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/backend"
+	"github.com/cubby-dev/cubby/internal/outbound"
 	"github.com/cubby-dev/cubby/internal/pool"
 	"github.com/cubby-dev/cubby/internal/store"
 	"github.com/cubby-dev/cubby/internal/telemetry"
@@ -57,6 +59,10 @@ type Config struct {
 	// Admission limits creates (and warm-pool claims) per team and server-wide;
 	// a refused create is a 429. Zero fields are no limit.
 	Admission admission.Limits
+	// Outbound, when set, is passed to every sandbox: the CA bundle is mounted
+	// at agentapi.CABundlePath and named by the CA variables, the proxy
+	// variables join its environment. Zero = nothing (the operator's choice).
+	Outbound outbound.Settings
 }
 
 func (c *Config) defaults() {
@@ -102,6 +108,13 @@ type Deps struct {
 	// Sealer encrypts secrets and network credentials at rest; nil = the
 	// /secrets routes answer 501 and no egress proxy password is accepted.
 	Sealer Sealer
+	// TemplateStore and Builds serve the template build API; without them
+	// its routes answer 503.
+	TemplateStore TemplateStore
+	Builds        TemplateBuilds
+	// PruneTemplates, when set, is called after a template was deleted to
+	// remove what no template and no sandbox uses any more; it must not block.
+	PruneTemplates func()
 }
 
 // Service is the control plane. Its methods are safe for concurrent use.
@@ -128,6 +141,11 @@ type Service struct {
 
 	touchMu   sync.Mutex
 	lastTouch map[string]time.Time // API key ID -> last recorded use
+
+	tstore         TemplateStore
+	builds         TemplateBuilds
+	pruneTemplates func()
+	uploadKey      []byte // signs upload URLs (random per process)
 }
 
 // metricsRetention is how much sample history each sandbox keeps in memory.
@@ -146,11 +164,17 @@ func New(cfg Config, deps Deps) (*Service, error) {
 	}
 	bg, cancel := context.WithCancel(context.Background())
 	ring := int(metricsRetention / cfg.MetricsInterval)
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		cancel()
+		return nil, fmt.Errorf("controlplane: upload key: %w", err)
+	}
 	return &Service{
 		cfg: cfg, store: deps.Store, backend: deps.Backend, templates: deps.Templates,
 		onKill: deps.OnKill, log: log, metrics: deps.Metrics, ringSize: min(max(ring, 16), 4096),
 		live: map[string]*sandbox{}, bg: bg, cancel: cancel, lastTouch: map[string]time.Time{},
 		admit: admission.New(cfg.Admission), sealer: deps.Sealer,
+		tstore: deps.TemplateStore, builds: deps.Builds, pruneTemplates: deps.PruneTemplates, uploadKey: key,
 	}, nil
 }
 

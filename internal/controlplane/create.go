@@ -1,10 +1,12 @@
 package controlplane
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -177,7 +179,8 @@ func (s *Service) ttl(sec *int32, def time.Duration) (time.Duration, error) {
 // killed with the cause as reason and returns the error.
 func (s *Service) create(ctx context.Context, sp createSpec) (store.Sandbox, error) {
 	ref, err := s.resolveTemplate(ctx, &sp)
-	if errors.Is(err, ErrTemplateNotFound) {
+	// A snapshot is the team's own: its template stays usable to it.
+	if errors.Is(err, ErrTemplateNotFound) || (err == nil && sp.snapshot == "" && !ref.visibleTo(sp.team)) {
 		return store.Sandbox{}, &httpError{status: 404, msg: fmt.Sprintf("template '%s' not found", sp.template)}
 	}
 	if err != nil {
@@ -282,8 +285,8 @@ func (s *Service) startInstance(ctx context.Context, rec *store.Sandbox, ref Tem
 }
 
 // poolRequest is the create request a warm sandbox of template boots with: the
-// server's sandbox defaults, internet access, and an init without env vars or
-// tokens (Claim sends the real one).
+// server's sandbox defaults, internet access, and an init with the template's
+// environment but no tokens (Claim sends the real one).
 func (s *Service) poolRequest(ctx context.Context, template string) (backend.CreateRequest, error) {
 	ref, err := s.templates.Resolve(ctx, template)
 	if err != nil {
@@ -291,7 +294,7 @@ func (s *Service) poolRequest(ctx context.Context, template string) (backend.Cre
 	}
 	sp := createSpec{template: template}
 	req := s.createRequest(s.newRecord(sp, ref), ref, sp)
-	req.Init.EnvVars, req.Init.AccessToken, req.Init.TrafficAccessToken = nil, "", ""
+	req.Init.AccessToken, req.Init.TrafficAccessToken = "", "" // a claim sends the sandbox's own; its env vars keep the template's
 	return req, nil
 }
 
@@ -327,7 +330,7 @@ func (s *Service) newRecord(sp createSpec, ref TemplateRef) store.Sandbox {
 }
 
 func (s *Service) createRequest(rec store.Sandbox, ref TemplateRef, sp createSpec) backend.CreateRequest {
-	return backend.CreateRequest{
+	req := backend.CreateRequest{
 		SandboxID: rec.ID, TemplateID: ref.ID, RootfsDir: ref.RootfsDir, Runtime: ref.Runtime,
 		CPUCount: rec.CPUCount, MemoryMB: rec.MemoryMB, DiskSizeMB: rec.DiskSizeMB,
 		NoInternet: sp.allowNet != nil && !*sp.allowNet || sp.egress.BlocksAll(),
@@ -336,8 +339,29 @@ func (s *Service) createRequest(rec store.Sandbox, ref TemplateRef, sp createSpe
 		Snapshot:   sp.snapshot,
 		Volumes:    sp.volumes,
 		Init: agentapi.InitRequest{
-			EnvVars: sp.envVars, AccessToken: rec.AccessToken, TrafficAccessToken: rec.TrafficToken,
-			DefaultUser: defaultUser, DefaultWorkdir: defaultWorkdir, Timestamp: time.Now(),
+			EnvVars: s.sandboxEnv(ref, sp.envVars), AccessToken: rec.AccessToken, TrafficAccessToken: rec.TrafficToken,
+			DefaultUser: cmp.Or(ref.User, defaultUser), DefaultWorkdir: cmp.Or(ref.Workdir, defaultWorkdir), Timestamp: time.Now(),
 		},
 	}
+	if s.cfg.Outbound.CABundle != "" {
+		req.CABundle = s.cfg.Outbound.CABundle
+	}
+	if ref.StartCmd != "" || ref.ReadyCmd != "" {
+		req.Start = &backend.StartCommand{Cmd: cmp.Or(ref.StartCmd, "true"), ReadyCmd: ref.ReadyCmd}
+	}
+	return req
+}
+
+// sandboxEnv layers a sandbox's environment: the template's variables, the
+// egress proxy and CA variables when the operator passes them to
+// sandboxes, then the create request's envVars.
+func (s *Service) sandboxEnv(ref TemplateRef, create map[string]string) map[string]string {
+	env := map[string]string{}
+	maps.Copy(env, ref.Env)
+	maps.Copy(env, s.cfg.Outbound.ProxyEnv)
+	if s.cfg.Outbound.CABundle != "" {
+		maps.Copy(env, agentapi.CAEnv())
+	}
+	maps.Copy(env, create)
+	return env
 }

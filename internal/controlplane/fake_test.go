@@ -364,6 +364,10 @@ type harness struct {
 	cfg     Config
 	stopped bool
 	metrics *telemetry.Metrics // passed as Deps.Metrics when set before start
+	// Set before start to replace StoreTemplates and serve the template API.
+	resolver TemplateResolver
+	tstore   TemplateStore
+	builds   TemplateBuilds
 }
 
 func newHarness(t testing.TB, cfg Config) *harness {
@@ -397,11 +401,16 @@ func (h *harness) start() {
 	h.t.Helper()
 	h.killed = make(chan string, 100)
 	killed := h.killed
+	var resolver TemplateResolver = StoreTemplates{Store: h.store}
+	if h.resolver != nil {
+		resolver = h.resolver
+	}
 	svc, err := New(h.cfg, Deps{
-		Store: h.store, Backend: h.fake, Templates: StoreTemplates{Store: h.store},
-		OnKill:  func(id string) { killed <- id },
-		Metrics: h.metrics,
-		Sealer:  testSealer(h.t),
+		Store: h.store, Backend: h.fake, Templates: resolver,
+		OnKill:        func(id string) { killed <- id },
+		Metrics:       h.metrics,
+		Sealer:        testSealer(h.t),
+		TemplateStore: h.tstore, Builds: h.builds,
 	})
 	if err != nil {
 		h.t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cubby-dev/cubby/internal/admission"
 	"github.com/cubby-dev/cubby/internal/api"
+	"github.com/cubby-dev/cubby/internal/api/templateapi"
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/store"
 )
@@ -52,21 +53,27 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 // methods (405), is a JSON error body.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
-	api.HandlerWithOptions(httpAPI{s}, api.StdHTTPServerOptions{
-		BaseRouter: mux,
-		ErrorHandlerFunc: func(w http.ResponseWriter, _ *http.Request, err error) {
-			writeError(w, http.StatusBadRequest, err.Error())
-		},
-	})
+	badRequest := func(w http.ResponseWriter, _ *http.Request, err error) {
+		writeError(w, http.StatusBadRequest, err.Error())
+	}
+	api.HandlerWithOptions(httpAPI{s}, api.StdHTTPServerOptions{BaseRouter: mux, ErrorHandlerFunc: badRequest})
 	httpAPI{s}.snapshotRoutes(mux)
 	httpAPI{s}.volumeRoutes(mux)
-	return s.authenticate(jsonFallback(mux))
+	tpl := templateAPI{httpAPI{s}}
+	templateapi.HandlerWithOptions(tpl, templateapi.StdHTTPServerOptions{BaseRouter: mux, ErrorHandlerFunc: badRequest})
+	return s.authenticate(tpl.templateTagsRoute(jsonFallback(mux)))
 }
 
 // authenticate rejects requests without a valid X-API-KEY with 401 (E2B wire
 // §1.4) and passes the others on with the key's team in their context.
+// Template file uploads (a PUT to a URL the server signed) carry their
+// authorisation in the URL instead.
 func (s *Service) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut && isUploadPath(r.URL.Path) {
+			next.ServeHTTP(w, r)
+			return
+		}
 		key := r.Header.Get("X-API-KEY")
 		if key == "" {
 			writeError(w, http.StatusUnauthorized, "missing X-API-KEY header")

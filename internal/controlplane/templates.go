@@ -22,7 +22,22 @@ type TemplateRef struct {
 	// Runtime is the OCI runtime the template asks for ("runc", "runsc"); "" =
 	// the server's default. Passed on as backend.CreateRequest.Runtime.
 	Runtime string
+	// User and Workdir are the default user and working directory of the
+	// template's sandboxes; "" = "user" and /home/user (E2B wire §3.6).
+	User, Workdir string
+	// Env is the template's environment; a create's envVars override it.
+	Env map[string]string
+	// StartCmd and ReadyCmd are the template's start and ready commands
+	// ("" = none): a create returns once ReadyCmd succeeds.
+	StartCmd, ReadyCmd string
+	// Team owns the template ("" = every team may use it); Public lets
+	// every team use a team's template.
+	Team   string
+	Public bool
 }
+
+// visibleTo reports whether team may create sandboxes of the template.
+func (r TemplateRef) visibleTo(team string) bool { return r.Team == "" || r.Public || r.Team == team }
 
 // TemplateResolver resolves a template ID or alias as sent in templateID.
 type TemplateResolver interface {

@@ -129,7 +129,7 @@ func checkUnpack(t *testing.T, store *Store, img Image) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := layer.Apply(context.Background(), dir, rc); err != nil {
+		if _, err := layer.Apply(context.Background(), dir, rc, layer.ApplyOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		rc.Close()

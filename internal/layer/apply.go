@@ -27,13 +27,13 @@ import (
 // in Stats.Skipped. Entry names and symlinks can never reach outside dir.
 // Errors: a malformed tar, a hard link to a missing target or a directory,
 // I/O errors, ctx's error. On error dir is left partially written.
-func Apply(ctx context.Context, dir string, r io.Reader) (Stats, error) {
+func Apply(ctx context.Context, dir string, r io.Reader, opts ApplyOptions) (Stats, error) {
 	t, err := openTree(dir)
 	if err != nil {
 		return Stats{}, fmt.Errorf("apply layer: %w", err)
 	}
 	defer t.Close()
-	a := &applier{t: t, created: map[string]bool{}}
+	a := &applier{t: t, created: map[string]bool{}, opts: opts}
 	tr := tar.NewReader(r)
 	for {
 		if err := ctx.Err(); err != nil {
@@ -56,8 +56,18 @@ func Apply(ctx context.Context, dir string, r io.Reader) (Stats, error) {
 	return a.stats, nil
 }
 
+// ApplyOptions tune Apply.
+type ApplyOptions struct {
+	// KeepXattr, when set, decides on each kept extended attribute (user.*,
+	// security.capability) before it is set: false drops it (counted in
+	// Stats.Dropped). Template trees drop file capabilities sandboxes cannot
+	// grant.
+	KeepXattr func(name string, value []byte) bool
+}
+
 // applier is the state of one Apply.
 type applier struct {
+	opts    ApplyOptions
 	t       *tree
 	stats   Stats
 	created map[string]bool // paths this layer wrote (an opaque marker keeps them)
@@ -283,7 +293,7 @@ func (a *applier) meta(fd int, hdr *tar.Header) error {
 		return fmt.Errorf("chmod: %w", err)
 	}
 	for name, value := range headerXattrs(hdr) {
-		if !keptXattr(name) {
+		if !keptXattr(name) || (a.opts.KeepXattr != nil && !a.opts.KeepXattr(name, []byte(value))) {
 			a.stats.Dropped++
 			continue
 		}

@@ -77,7 +77,7 @@ func layerTar(t *testing.T, entries ...entry) *bytes.Buffer {
 
 func apply(t *testing.T, dir string, entries ...entry) Stats {
 	t.Helper()
-	st, err := Apply(context.Background(), dir, layerTar(t, entries...))
+	st, err := Apply(context.Background(), dir, layerTar(t, entries...), ApplyOptions{})
 	if err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
@@ -224,7 +224,7 @@ func TestApplyConfined(t *testing.T) {
 	if got := readFile(t, filepath.Join(dir, "stolen")); got != "overwritten" {
 		t.Errorf("hard link resolved to %q", got)
 	}
-	_, err := Apply(context.Background(), dir, layerTar(t, entry{name: "stolen2", typ: tar.TypeLink, link: "../missing"}))
+	_, err := Apply(context.Background(), dir, layerTar(t, entry{name: "stolen2", typ: tar.TypeLink, link: "../missing"}), ApplyOptions{})
 	if err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("hard link to a missing target: %v", err)
 	}
@@ -360,7 +360,7 @@ chown -R 1000:1000 opt/app`
 	if _, err := Clone(context.Background(), lower, got); err != nil {
 		t.Fatal(err)
 	}
-	apply2, err := Apply(context.Background(), got, &buf)
+	apply2, err := Apply(context.Background(), got, &buf, ApplyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,6 +48,10 @@ const (
 	workName   = "work"
 )
 
+// UpperDir is the overlay upper directory (every write of the sandbox) of
+// the sandbox directory dir while its root filesystem is mounted.
+func UpperDir(dir string) string { return filepath.Join(dir, LayerName, upperName) }
+
 // MinDiskBytes is the smallest accepted disk size (16 MiB); sizes are rounded up to
 // a whole MiB.
 const MinDiskBytes = 16 << 20

@@ -13,9 +13,10 @@ import (
 	"github.com/cubby-dev/cubby/internal/template"
 )
 
-// ensureTemplate builds a built-in template on first start when it is missing.
-// Each build is counted in cubby_template_builds_total.
-func ensureTemplate(ctx context.Context, tm *template.Manager, name string, progress io.Writer, tel *telemetry.Metrics) error {
+// ensureTemplate builds a built-in template on first start when it is
+// missing, printing the build log to progress. Each build is counted in
+// cubby_template_builds_total.
+func ensureTemplate(ctx context.Context, b *template.Builder, tm *template.Manager, name string, progress io.Writer, tel *telemetry.Metrics) error {
 	if _, err := tm.Get(name); err == nil {
 		return nil
 	} else if !errors.Is(err, template.ErrNotFound) {
@@ -26,12 +27,28 @@ func ensureTemplate(ctx context.Context, tm *template.Manager, name string, prog
 		return fmt.Errorf("default template %q is not built and is not a built-in; build it with `cubby template build`", name)
 	}
 	fmt.Fprintf(progress, "Template %q is not built yet; building it now (first start only).\n", name)
-	if _, err := tm.Build(ctx, def, progress, false); err != nil {
+	print := func(e template.Entry) { fmt.Fprintln(progress, e.String()) }
+	if _, err := buildDefinition(ctx, b, def, print, false); err != nil {
 		tel.TemplateBuilt(telemetry.OutcomeError)
 		return fmt.Errorf("build template %s: %w", name, err)
 	}
 	tel.TemplateBuilt(telemetry.OutcomeOK)
 	return nil
+}
+
+// buildDefinition builds a cubby-template.yaml definition with b, passing
+// its log entries to progress (may be nil).
+func buildDefinition(ctx context.Context, b *template.Builder, def template.Definition, progress func(template.Entry), force bool) (template.Info, error) {
+	spec, files, err := def.Spec()
+	if err != nil {
+		return template.Info{}, err
+	}
+	spec.Force = force
+	return b.Build(ctx, template.Request{
+		TemplateID: template.IDFor(def.Name), Name: def.Name, Aliases: def.Aliases, BuildID: template.NewBuildID(),
+		Spec: spec, CPUCount: 2, MemoryMB: 2048, Files: files,
+		Log: progress,
+	})
 }
 
 // templateResolver resolves template IDs and aliases for the control plane from the
@@ -49,7 +66,9 @@ func (r *templateResolver) Resolve(ctx context.Context, idOrAlias string) (contr
 	if err != nil {
 		return controlplane.TemplateRef{}, err
 	}
-	return controlplane.TemplateRef{ID: info.ID, Alias: info.Name, RootfsDir: info.RootfsDir, Runtime: info.Runtime}, nil
+	return controlplane.TemplateRef{ID: info.ID, Alias: info.Name, RootfsDir: info.RootfsDir, Runtime: info.Runtime,
+		User: info.User, Workdir: info.Workdir, Env: info.Env, StartCmd: info.StartCmd, ReadyCmd: info.ReadyCmd,
+		Team: info.Team, Public: info.Public}, nil
 }
 
 // sync records every built template in the store.
@@ -113,7 +132,7 @@ func (r *templateResolver) Templates(context.Context) ([]controlplane.TemplateLi
 	}
 	out := make([]controlplane.TemplateListing, 0, len(infos))
 	for _, info := range infos {
-		out = append(out, controlplane.TemplateListing{ID: info.ID, BuildID: info.BuildID(),
+		out = append(out, controlplane.TemplateListing{ID: info.ID, BuildID: info.BuildID,
 			Aliases: info.Aliases, BuiltAt: info.BuiltAt, SizeBytes: info.SizeBytes})
 	}
 	return out, nil

@@ -32,14 +32,17 @@ import (
 	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/apikey"
 	"github.com/cubby-dev/cubby/internal/backend/local"
+	"github.com/cubby-dev/cubby/internal/builds"
 	"github.com/cubby-dev/cubby/internal/controlplane"
 	"github.com/cubby-dev/cubby/internal/dashboard"
 	"github.com/cubby-dev/cubby/internal/egress"
 	"github.com/cubby-dev/cubby/internal/egress/proxy"
 	"github.com/cubby-dev/cubby/internal/gateway"
+	"github.com/cubby-dev/cubby/internal/image"
 	"github.com/cubby-dev/cubby/internal/mcpserver"
 	"github.com/cubby-dev/cubby/internal/meminfo"
 	"github.com/cubby-dev/cubby/internal/network"
+	"github.com/cubby-dev/cubby/internal/outbound"
 	"github.com/cubby-dev/cubby/internal/pool"
 	"github.com/cubby-dev/cubby/internal/rootfs"
 	"github.com/cubby-dev/cubby/internal/runtime"
@@ -74,6 +77,19 @@ type Config struct {
 	EnvAPIKey       string               // CUBBY_API_KEY; accepted (for the default team) when set
 	Version         string               // cubby release, reported by the MCP server
 	Progress        io.Writer            // template build progress and the first API key; default os.Stderr
+	// RegistryMirror serves Docker Hub image references of template builds
+	// ("host:port" or "http://host:port"); "" = Docker Hub.
+	RegistryMirror string
+	// OutboundCA is the CA bundle build steps trust: "host" (default), "none"
+	// or a PEM path; the proxy variables of the server's environment go along.
+	OutboundCA string
+	// SandboxOutbound passes the CA bundle and proxy variables to sandboxes too.
+	SandboxOutbound bool
+	// BuildConcurrency is how many template builds run at once; default 1.
+	BuildConcurrency int
+	// TemplateGCAge: unused template trees, layers and cached steps this old
+	// are removed; default 24h.
+	TemplateGCAge time.Duration
 	// Admission are the per-team and server-wide limits on creates; a zero
 	// ServerMemoryMB becomes admission.DefaultServerMemoryMB of the host's RAM.
 	Admission admission.Limits
@@ -121,6 +137,12 @@ func (c *Config) defaults() error {
 	}
 	if c.DefaultTemplate == "" {
 		c.DefaultTemplate = "base"
+	}
+	if c.OutboundCA == "" {
+		c.OutboundCA = "host"
+	}
+	if c.TemplateGCAge <= 0 {
+		c.TemplateGCAge = pruneAge
 	}
 	if c.Progress == nil {
 		c.Progress = os.Stderr
@@ -226,6 +248,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = app.mcp.Close(shutdownCtx) // kills the MCP sessions' sandboxes while the API still answers
+	_ = app.builds.Shutdown(shutdownCtx)
 	app.control.Shutdown(shutdownCtx)
 	_ = srv.Shutdown(shutdownCtx)
 	return nil
@@ -259,6 +282,11 @@ type app struct {
 	egress  *egress.Supervisor
 	metrics *telemetry.Metrics
 	mcp     *mcpserver.Service // set by handler
+
+	templates *template.Manager
+	builds    *builds.Service
+	log       *slog.Logger
+	gcAge     time.Duration // see Config.TemplateGCAge
 }
 
 // handler routes /health, GET /metrics (unauthenticated), the MCP tools at
@@ -300,15 +328,14 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	a := &app{store: st, metrics: telemetry.New()}
+	a := &app{store: st, metrics: telemetry.New(), log: log}
 	ok := false
 	defer func() {
 		if !ok {
 			_ = st.Close()
 		}
 	}()
-	tm := template.NewManager(cfg.TemplatesDir, log.With("component", "template"))
-	if err := ensureTemplate(ctx, tm, cfg.DefaultTemplate, cfg.Progress, a.metrics); err != nil {
+	if a.templates, err = template.NewManager(cfg.TemplatesDir, log.With("component", "template")); err != nil {
 		return nil, err
 	}
 	sealer, err := openSealer(cfg.DataDir)
@@ -321,56 +348,135 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 		return nil, err
 	}
 	a.backend, a.egress = b, sup
-	resolver := &templateResolver{m: tm, store: st}
-	if err := resolver.sync(ctx); err != nil {
+	ob, err := outbound.FromHost(cfg.OutboundCA)
+	if err != nil {
+		return nil, fmt.Errorf("--outbound-ca: %w", err)
+	}
+	builder, err := newBuilder(cfg, a.templates, b, ob, log)
+	if err != nil {
 		return nil, err
 	}
+	if err := ensureTemplate(ctx, builder, a.templates, cfg.DefaultTemplate, cfg.Progress, a.metrics); err != nil {
+		return nil, err
+	}
+	if a.builds, err = a.newBuilds(ctx, cfg, builder); err != nil {
+		return nil, err
+	}
+	if err := a.startControl(ctx, cfg, controlDeps{sealer: sealer, secrets: secrets, outbound: ob}); err != nil {
+		return nil, err
+	}
+	a.gcAge = cfg.TemplateGCAge
+	go a.prune()
+	ok = true
+	return a, nil
+}
+
+// newBuilder assembles the template builder: image pulls into the templates
+// dir's OCI layout, build steps in sandboxes of backend b.
+func newBuilder(cfg Config, tm *template.Manager, b *local.Backend, ob outbound.Settings, log *slog.Logger) (*template.Builder, error) {
+	// An image reference is the requester's choice and pulls run on the host:
+	// never towards sandboxes or link-local metadata services.
+	deny := []netip.Prefix{cfg.Subnet, netip.MustParsePrefix("169.254.0.0/16"), netip.MustParsePrefix("fe80::/10")}
+	puller, err := image.NewPuller(tm.Store(), image.PullerConfig{Mirror: cfg.RegistryMirror, DenyNets: deny})
+	if err != nil {
+		return nil, fmt.Errorf("--registry-mirror: %w", err)
+	}
+	return template.NewBuilder(template.BuilderConfig{
+		Manager: tm, Sandboxes: b, Puller: puller, Outbound: ob, NewSandboxID: controlplane.NewSandboxID,
+		Log: log.With("component", "builder"),
+	})
+}
+
+// newBuilds starts the template build service (after marking builds a crash
+// interrupted as failed).
+func (a *app) newBuilds(ctx context.Context, cfg Config, builder *template.Builder) (*builds.Service, error) {
+	bs, err := builds.New(builds.Config{
+		Store: a.store, Manager: a.templates, Builder: builder, Dir: filepath.Join(cfg.DataDir, "builds"),
+		MaxConcurrent: cfg.BuildConcurrency, DefaultMemoryMB: cfg.MemoryMB, Log: a.log.With("component", "builds"),
+		OnDone: func(_ template.Info, err error) {
+			if err != nil {
+				a.metrics.TemplateBuilt(telemetry.OutcomeError)
+			} else {
+				a.metrics.TemplateBuilt(telemetry.OutcomeOK)
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return bs, bs.Recover(ctx)
+}
+
+// controlDeps is what start hands startControl beyond the app's own fields.
+type controlDeps struct {
+	sealer   controlplane.Sealer
+	secrets  *secretSource     // its control plane is set once made
+	outbound outbound.Settings // given to sandboxes with --sandbox-outbound
+}
+
+// startControl assembles and starts the control plane and the gateway.
+func (a *app) startControl(ctx context.Context, cfg Config, ctl controlDeps) error {
+	resolver := &templateResolver{m: a.templates, store: a.store}
+	if err := resolver.sync(ctx); err != nil {
+		return err
+	}
+	ccfg := controlplane.Config{
+		DefaultTemplate: cfg.DefaultTemplate, DefaultMemoryMB: cfg.MemoryMB, Boot: cfg.Boot, Pool: cfg.Pool,
+		PoolMemoryBudget: uint64(cfg.PoolMemoryMB) << 20, Domain: cfg.Domain, EnvAPIKey: cfg.EnvAPIKey,
+		Admission: cfg.Admission,
+	}
+	if cfg.SandboxOutbound {
+		ccfg.Outbound = ctl.outbound
+	}
 	var gwRef *gateway.Gateway
-	cp, err := controlplane.New(controlplane.Config{
-		DefaultTemplate:  cfg.DefaultTemplate,
-		DefaultMemoryMB:  cfg.MemoryMB,
-		Boot:             cfg.Boot,
-		Pool:             cfg.Pool,
-		PoolMemoryBudget: uint64(cfg.PoolMemoryMB) << 20,
-		Domain:           cfg.Domain,
-		EnvAPIKey:        cfg.EnvAPIKey,
-		Admission:        cfg.Admission,
-	}, controlplane.Deps{
-		Store:     st,
-		Backend:   b,
-		Templates: resolver,
+	cp, err := controlplane.New(ccfg, controlplane.Deps{
+		Store: a.store, Backend: a.backend, Templates: resolver,
 		OnKill: func(id string) {
 			if gwRef != nil {
 				gwRef.CloseSandbox(id)
 			}
 		},
-		Log:     log.With("component", "controlplane"),
-		Metrics: a.metrics,
-		Sealer:  sealer,
+		Log: a.log.With("component", "controlplane"), Metrics: a.metrics, Sealer: ctl.sealer,
+		TemplateStore: a.templates, Builds: a.builds, PruneTemplates: func() { go a.prune() },
 	})
 	if err != nil {
-		return nil, fmt.Errorf("control plane: %w", err)
+		return fmt.Errorf("control plane: %w", err)
 	}
-	a.control, secrets.cp = cp, cp
-	if err := startEgress(ctx, sup, b, a.metrics, log); err != nil {
-		return nil, err
+	a.control, ctl.secrets.cp = cp, cp
+	if err := startEgress(ctx, a.egress, a.backend, a.metrics, a.log); err != nil {
+		return err
 	}
 	if err := a.metrics.WatchStates(cp); err != nil {
-		return nil, err
+		return err
 	}
 	if err := a.metrics.WatchHost(cfg.DataDir); err != nil {
-		return nil, err
+		return err
 	}
-	gwRef = gateway.New(routes{cp}, gateway.Config{Domain: cfg.Domain}, log.With("component", "gateway"))
+	gwRef = gateway.New(routes{cp}, gateway.Config{Domain: cfg.Domain}, a.log.With("component", "gateway"))
 	a.gateway = gwRef
 	if err := cp.Start(ctx); err != nil {
-		return nil, fmt.Errorf("start control plane: %w", err)
+		return fmt.Errorf("start control plane: %w", err)
 	}
-	if err := firstKey(ctx, cfg, cp, log); err != nil {
-		return nil, err
+	return firstKey(ctx, cfg, cp, a.log)
+}
+
+// pruneAge is the default of Config.TemplateGCAge: what no template uses is
+// kept for a day, so a failed build's cached steps serve the next attempt.
+const pruneAge = 24 * time.Hour
+
+// prune removes template trees, layers and cached steps no template and no
+// sandboxes of this server use (see template.Manager.Prune).
+func (a *app) prune() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	res, err := a.templates.Prune(ctx, a.backend.Lowers(), a.gcAge)
+	if err != nil {
+		a.log.Warn("template prune", "err", err)
+		return
 	}
-	ok = true
-	return a, nil
+	if len(res.Trees)+res.Blobs+res.Steps > 0 {
+		a.log.Info("pruned templates", "trees", len(res.Trees), "blobs", res.Blobs, "steps", res.Steps)
+	}
 }
 
 // newBackend sets up the host network and builds the local backend with its
@@ -383,7 +489,7 @@ func newBackend(ctx context.Context, cfg Config, log *slog.Logger, tel *telemetr
 	if err := nm.Setup(ctx); err != nil {
 		return nil, nil, fmt.Errorf("set up host network: %w", err)
 	}
-	exe, err := os.Executable()
+	exe, err := executable()
 	if err != nil {
 		return nil, nil, fmt.Errorf("locate cubby binary: %w", err)
 	}
@@ -419,6 +525,18 @@ func newBackend(ctx context.Context, cfg Config, log *slog.Logger, tel *telemetr
 	}
 	log.Info("sandboxes", "user_namespaces", cfg.Userns, "run_dir", cfg.RunDir)
 	return b, sup, nil
+}
+
+// timeoutTeardown bounds removing a build network.
+const timeoutTeardown = 30 * time.Second
+
+// executable is the path of the running cubby binary (every sandbox's agent).
+func executable() (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("locate cubby binary: %w", err)
+	}
+	return exe, nil
 }
 
 // sandboxIDs returns the host-wide id range allocator (stale leases pruned)

@@ -116,6 +116,24 @@ func migrations() []string {
 		UNIQUE (team, name)
 	);
 	ALTER TABLE sandboxes ADD COLUMN volume_mounts TEXT NOT NULL DEFAULT '[]';`,
+		// 8: template builds requested through the template build API.
+		`CREATE TABLE template_builds (
+		id          TEXT PRIMARY KEY,
+		template_id TEXT NOT NULL,
+		team        TEXT NOT NULL,
+		name        TEXT NOT NULL,
+		tags        TEXT NOT NULL DEFAULT '[]',
+		status      TEXT NOT NULL CHECK (status IN ('waiting', 'building', 'ready', 'error')),
+		started     INTEGER NOT NULL DEFAULT 0,
+		reason      TEXT NOT NULL DEFAULT '',
+		reason_step TEXT NOT NULL DEFAULT '',
+		cpu_count   INTEGER NOT NULL,
+		memory_mb   INTEGER NOT NULL,
+		created_at  INTEGER NOT NULL,
+		updated_at  INTEGER NOT NULL,
+		finished_at INTEGER
+	);
+	CREATE INDEX template_builds_template ON template_builds (template_id, created_at);`,
 	}
 }
 

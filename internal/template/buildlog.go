@@ -10,60 +10,68 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strings"
+	"slices"
 	"sync"
-	"time"
 )
 
-// buildLogFile is the build's log kept next to template.json in each tree:
-// one JSON BuildLogEntry per line, oldest first.
-const buildLogFile = "build.log"
-
-// maxBuildLogLines caps the lines a build log keeps (the last ones; a first
-// entry says how many earlier lines were dropped). maxBuildLogLine caps one
-// line's length in bytes.
+// Every build keeps its log in the templates directory, as
+// logs/<buildID>.jsonl: one JSON BuildLogEntry per line, oldest first, at
+// most maxBuildLogLines (the last ones; a first entry says how many earlier
+// lines were dropped), each at most maxBuildLogLine bytes. Trees of earlier
+// Cubby versions kept theirs next to their template.json (legacyBuildLog).
 const (
 	maxBuildLogLines = 20000
 	maxBuildLogLine  = 4096
+	legacyBuildLog   = "build.log"
 )
 
-// treeRe matches tree directory names: a hex digest, optionally ".N".
-var treeRe = regexp.MustCompile(`^[0-9a-f]{8,128}(\.[0-9]+)?$`)
+// BuildLogEntry is one line of a template build's log.
+type BuildLogEntry = Entry
 
-// BuildLogEntry is one line of a template build's output as recorded by
-// Build: Time (UTC), Level ("info" for build output) and the line itself.
-type BuildLogEntry struct {
-	Time    time.Time `json:"timestamp"`
-	Level   string    `json:"level"`
-	Message string    `json:"message"`
+// buildIDRe matches build IDs: UUIDs of builds, hex digests of legacy trees.
+var buildIDRe = regexp.MustCompile(`^[0-9a-f][0-9a-f-]{7,127}(\.[0-9]+)?$`)
+
+func (m *Manager) buildLogPath(buildID string) string {
+	return filepath.Join(m.dir, "logs", buildID+".jsonl")
 }
 
-// BuildID is the build that produced the tree (the tree's directory name:
-// the definition's digest, ".N" after forced rebuilds).
-func (i Info) BuildID() string { return filepath.Base(filepath.Dir(i.RootfsDir)) }
-
 // BuildLog returns the log of build buildID of the template with this ID,
-// name or alias, oldest line first. A tree built before build logs were kept
-// has none: nil, nil. Errors wrap ErrNotFound for an unknown template or
-// build, or the read failure.
+// name or alias, oldest line first; nil when the build kept none. Errors
+// wrap ErrNotFound for an unknown template or build, or the read failure.
 func (m *Manager) BuildLog(idOrAlias, buildID string) ([]BuildLogEntry, error) {
-	info, err := m.Get(idOrAlias)
+	if !buildIDRe.MatchString(buildID) {
+		return nil, fmt.Errorf("template %q build %q: %w", idOrAlias, buildID, ErrNotFound)
+	}
+	builds, err := m.Builds(idOrAlias)
 	if err != nil {
 		return nil, err
 	}
-	if !treeRe.MatchString(buildID) {
-		return nil, fmt.Errorf("template %s build %q: %w", info.ID, buildID, ErrNotFound)
+	i := slices.IndexFunc(builds, func(b Info) bool { return b.BuildID == buildID })
+	switch {
+	case i < 0:
+		return nil, fmt.Errorf("template %q build %q: %w", idOrAlias, buildID, ErrNotFound)
+	case builds[i].Tag == "": // a legacy tree
+		return readBuildLog(filepath.Join(filepath.Dir(builds[i].RootfsDir), legacyBuildLog))
 	}
-	treeDir := filepath.Join(m.dir, info.ID, buildID)
-	if _, err := os.Stat(filepath.Join(treeDir, infoFile)); err != nil {
-		return nil, fmt.Errorf("template %s build %q: %w", info.ID, buildID, ErrNotFound)
+	return readBuildLog(m.buildLogPath(buildID))
+}
+
+// BuildLogByID returns the log a build with this ID kept (published or
+// failed), or nil when it kept none.
+func (m *Manager) BuildLogByID(buildID string) ([]BuildLogEntry, error) {
+	if !buildIDRe.MatchString(buildID) {
+		return nil, fmt.Errorf("build %q: %w", buildID, ErrNotFound)
 	}
-	f, err := os.Open(filepath.Join(treeDir, buildLogFile))
+	return readBuildLog(m.buildLogPath(buildID))
+}
+
+func readBuildLog(path string) ([]BuildLogEntry, error) {
+	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("template %s build %s log: %w", info.ID, buildID, err)
+		return nil, fmt.Errorf("build log: %w", err)
 	}
 	defer f.Close()
 	var out []BuildLogEntry
@@ -76,74 +84,54 @@ func (m *Manager) BuildLog(idOrAlias, buildID string) ([]BuildLogEntry, error) {
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("template %s build %s log: %w", info.ID, buildID, err)
+		return nil, fmt.Errorf("build log %s: %w", path, err)
 	}
 	return out, nil
 }
 
-// buildRecorder is an io.Writer that records a build's output lines with
-// their time, keeping the last maxBuildLogLines. Safe for concurrent use.
+// buildRecorder keeps a build's log entries, the last maxBuildLogLines of
+// them, long messages cut. Safe for concurrent use.
 type buildRecorder struct {
 	mu      sync.Mutex
 	entries []BuildLogEntry
 	dropped int
-	partial []byte
-	now     func() time.Time
 }
 
-func newBuildRecorder() *buildRecorder { return &buildRecorder{now: time.Now} }
+func newBuildRecorder() *buildRecorder { return &buildRecorder{} }
 
-// Write implements io.Writer; it never fails.
-func (r *buildRecorder) Write(b []byte) (int, error) {
+func (r *buildRecorder) add(e BuildLogEntry) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.partial = append(r.partial, b...)
-	for {
-		i := bytes.IndexByte(r.partial, '\n')
-		if i < 0 {
-			break
-		}
-		r.add(string(r.partial[:i]))
-		r.partial = r.partial[i+1:]
+	if len(e.Message) > maxBuildLogLine {
+		e.Message = e.Message[:maxBuildLogLine] + "…"
 	}
-	if len(r.partial) > maxBuildLogLine {
-		r.add(string(r.partial))
-		r.partial = r.partial[:0]
-	}
-	return len(b), nil
-}
-
-func (r *buildRecorder) add(line string) {
-	line = strings.TrimRight(line, "\r")
-	if len(line) > maxBuildLogLine {
-		line = line[:maxBuildLogLine] + "…"
-	}
-	r.entries = append(r.entries, BuildLogEntry{Time: r.now().UTC(), Level: "info", Message: line})
+	r.entries = append(r.entries, e)
 	if n := len(r.entries) - maxBuildLogLines; n > 0 {
 		r.dropped += n
 		r.entries = append(r.entries[:0:0], r.entries[n:]...)
 	}
 }
 
-// writeTo writes the recorded lines (and a pending partial line) as
-// dir/build.log.
-func (r *buildRecorder) writeTo(dir string) error {
+// writeFile writes the recorded entries to path (directories created).
+func (r *buildRecorder) writeFile(path string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.partial) > 0 {
-		r.add(string(r.partial))
-		r.partial = nil
-	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	if r.dropped > 0 {
-		first := r.entries[0].Time
-		_ = enc.Encode(BuildLogEntry{Time: first, Level: "warn", Message: fmt.Sprintf("… %d earlier lines not kept", r.dropped)})
+		_ = enc.Encode(BuildLogEntry{Time: r.entries[0].Time, Level: LevelWarn, Message: fmt.Sprintf("… %d earlier lines not kept", r.dropped)})
 	}
 	for _, e := range r.entries {
 		if err := enc.Encode(e); err != nil {
 			return fmt.Errorf("encode build log: %w", err)
 		}
 	}
-	return writeFileSync(filepath.Join(dir, buildLogFile), buf.Bytes())
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("build log: %w", err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, buf.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("build log: %w", err)
+	}
+	return os.Rename(tmp, path)
 }

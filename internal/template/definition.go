@@ -193,6 +193,12 @@ var (
 	npmNameRe = regexp.MustCompile(`^(@[a-z0-9][a-z0-9._~-]*/)?[a-z0-9][a-z0-9._~-]*(@[^\s@]+)?$`)
 )
 
+// ValidName reports whether s can name a template: [a-z0-9][a-z0-9_-]{0,62}.
+func ValidName(s string) bool { return nameRe.MatchString(s) }
+
+// ValidTag reports whether s can be a template tag (Docker tag syntax).
+func ValidTag(s string) bool { return tagRe.MatchString(s) }
+
 // Validate checks a definition whose defaults were applied and returns nil or an
 // error wrapping ErrInvalidDefinition that lists every problem found.
 func (d Definition) Validate() error {

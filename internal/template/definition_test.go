@@ -1,11 +1,15 @@
 package template
 
 import (
+	"archive/tar"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -136,78 +140,74 @@ func TestLoadDefinition(t *testing.T) {
 	}
 }
 
-func TestDigestStable(t *testing.T) {
-	base := func() Definition {
-		d, err := ParseDefinition([]byte(fullYAML), srcFS())
+// TestSpecCompile checks that a definition compiles into the same build
+// steps the E2B API takes: one COPY per owner, ENV, installs and run
+// commands as root RUN steps, USER and WORKDIR last.
+func TestSpecCompile(t *testing.T) {
+	d, err := ParseDefinition([]byte(fullYAML), srcFS())
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, files, err := d.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := spec.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	deb := spec.From.Debian
+	if deb == nil || deb.Suite != "bookworm" || !slices.Contains(deb.Packages, "sudo") || !slices.Contains(deb.Packages, "npm") {
+		t.Fatalf("base = %+v", deb)
+	}
+	var kinds []string
+	for _, st := range spec.Steps {
+		kinds = append(kinds, st.Type+":"+strings.Join(st.Args[1:min(2, len(st.Args))], ""))
+	}
+	want := "COPY:/ COPY:/ ENV:bar baz WORKDIR: RUN:root RUN:root RUN:root USER: WORKDIR:"
+	if got := strings.Join(kinds, " "); got != want {
+		t.Errorf("steps = %q, want %q", got, want)
+	}
+	if len(files) != 2 {
+		t.Fatalf("%d archives, want 2 (root's files, user's files)", len(files))
+	}
+	got := map[string]string{}
+	for _, st := range spec.Steps[:2] {
+		f, _, err := files.Open("", st.FilesHash)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return d
+		eachEntry(f, func(h *tar.Header, _ io.Reader) error {
+			got[h.Name] = fmt.Sprintf("%o %s", h.Mode, st.Args[2])
+			return nil
+		})
 	}
-	d1, err := base().Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(d1) {
-		t.Fatalf("digest %q", d1)
-	}
-	// Golden value: changes only when the canonical form or recipeVersion changes.
-	if d1 != "18acd2e6a9ef46a78592a76ab34ea9d2" {
-		t.Errorf("digest of fullYAML = %s; update the golden value only on purpose", d1)
-	}
-	same := base()
-	same.Packages = []string{"curl/bookworm", "nodejs", "jq=1.6-2.1", "sudo"} // order, implicit package
-	mustDigest(t, same, d1, true)
-	unset := base()
-	unset.Suite, unset.Variant, unset.User, unset.Workdir = "", "", "", ""
-	mustDigest(t, unset, d1, true)
-
-	changes := map[string]func(*Definition){
-		"file content": func(d *Definition) {
-			d.src = fstest.MapFS{"tool.sh": {Data: []byte("#!/bin/sh\necho other\n"), Mode: 0o755}}
-		},
-		"file mode": func(d *Definition) {
-			d.src = fstest.MapFS{"tool.sh": {Data: []byte("#!/bin/sh\necho tool\n"), Mode: 0o644}}
-		},
-		"env": func(d *Definition) { d.Env = map[string]string{"FOO": "x"} },
-		"run": func(d *Definition) { d.Run = append(d.Run, "true") },
-		"run order": func(d *Definition) {
-			d.Run = []string{"b", "a"}
-		},
-		"pip":     func(d *Definition) { d.Pip = d.Pip[:1] },
-		"user":    func(d *Definition) { d.User = "root" },
-		"suite":   func(d *Definition) { d.Suite = "trixie" },
-		"aliases": func(d *Definition) { d.Aliases = nil },
-	}
-	for name, change := range changes {
-		d := base()
-		change(&d)
-		got, err := d.Digest()
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if got == d1 {
-			t.Errorf("changing %s did not change the digest", name)
+	for name, want := range map[string]string{"usr/local/bin/tool": "755 root", "etc/motd": "640 root", "home/user/.config/x.ini": "600 user"} {
+		if got[name] != want {
+			t.Errorf("archive entry %s = %q, want %q", name, got[name], want)
 		}
 	}
-	empty1, _ := Definition{Name: "x"}.Digest()
-	empty2, _ := Definition{Name: "x", Aliases: []string{}, Env: map[string]string{}, Files: map[string]File{}}.Digest()
-	if empty1 == "" || empty1 != empty2 {
-		t.Errorf("nil and empty fields hash differently: %q %q", empty1, empty2)
-	}
-	if _, err := (Definition{Name: "Bad"}).Digest(); !errors.Is(err, ErrInvalidDefinition) {
-		t.Errorf("Digest of invalid definition: %v", err)
+	if !strings.Contains(spec.Steps[4].Args[0], "pip install") || !strings.Contains(spec.Steps[5].Args[0], "npm install -g") ||
+		spec.Steps[6].Args[0] != "set -e\necho \"it's\" > /etc/quoted" {
+		t.Errorf("run steps: %q %q %q", spec.Steps[4].Args[0], spec.Steps[5].Args[0], spec.Steps[6].Args[0])
 	}
 }
 
-func mustDigest(t *testing.T, d Definition, want string, equal bool) {
-	t.Helper()
-	got, err := d.Digest()
-	if err != nil {
-		t.Fatal(err)
+// TestScriptsParse checks the generated shell with the real sh parser, using
+// names that need quoting.
+func TestScriptsParse(t *testing.T) {
+	for _, script := range []string{provisionScript + addUserScript(DefaultUser, true), addUserScript("alice", false)} {
+		f := filepath.Join(t.TempDir(), "s.sh")
+		write(t, f, script, 0o644)
+		if out, err := exec.Command("sh", "-n", f).CombinedOutput(); err != nil {
+			t.Errorf("sh -n: %v\n%s\n%s", err, out, script)
+		}
 	}
-	if (got == want) != equal {
-		t.Errorf("digest %s vs %s, want equal=%v", got, want, equal)
+	if s := addUserScript(DefaultUser, true); !strings.Contains(s, "grep -qx 1000 || uid=1000") || !strings.Contains(s, "NOPASSWD: ALL") {
+		t.Errorf("user script:\n%s", s)
+	}
+	out, err := exec.Command("sh", "-c", "echo "+shq("it's $HOME `x`")).Output()
+	if err != nil || strings.TrimSpace(string(out)) != "it's $HOME `x`" {
+		t.Errorf("shq round trip: %q %v", out, err)
 	}
 }
 
@@ -241,8 +241,8 @@ func TestBuiltins(t *testing.T) {
 		if !ok || d.Name != n {
 			t.Errorf("Builtin(%q) = %+v, %v", n, d, ok)
 		}
-		if _, err := d.Digest(); err != nil {
-			t.Errorf("builtin %s digest: %v", n, err)
+		if spec, _, err := d.Spec(); err != nil || spec.Validate() != nil {
+			t.Errorf("builtin %s spec: %v %v", n, err, spec.Validate())
 		}
 	}
 	base, _ := Builtin("base")
@@ -259,70 +259,6 @@ func TestBuiltins(t *testing.T) {
 	}
 	if _, ok := Builtin("../base"); ok {
 		t.Error("Builtin(../base) found")
-	}
-}
-
-// TestScriptsParse checks the generated shell with the real sh parser, using
-// values that need quoting.
-func TestScriptsParse(t *testing.T) {
-	d, err := ParseDefinition([]byte(fullYAML), srcFS())
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Env["Q"] = "it's $HOME `x`"
-	d.User = "alice"
-	files, err := d.resolveFiles()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := filepath.Join(t.TempDir(), "ctx with 'quote'")
-	ca := filepath.Join(t.TempDir(), "ca.crt")
-	write(t, ca, "CA", 0o644)
-	script, err := writeContext(ctx, d, files, ca)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{script, filepath.Join(ctx, "in", "setup.sh"), filepath.Join(ctx, "in", "run", "0.sh")} {
-		if out, err := exec.Command("sh", "-n", f).CombinedOutput(); err != nil {
-			t.Errorf("sh -n %s: %v\n%s", f, err, out)
-		}
-	}
-	setup, _ := os.ReadFile(filepath.Join(ctx, "in", "setup.sh"))
-	for _, want := range []string{"--uid 1000", "useradd --user-group --create-home --home-dir '/home/alice'",
-		"NOPASSWD: ALL", "chown 'user': '/home/user/.config/x.ini'", "chown 'root': '/etc/motd'", "install -D -T -m 0600"} {
-		if !strings.Contains(string(setup), want) {
-			t.Errorf("setup.sh lacks %q:\n%s", want, setup)
-		}
-	}
-	env, _ := os.ReadFile(filepath.Join(ctx, "in", "environment"))
-	if !strings.Contains(string(env), "FOO=\"bar baz\"\n") {
-		t.Errorf("environment = %q", env)
-	}
-	// Run the customize script's quoting for real: the printed "+ cmd" line must
-	// come out verbatim.
-	out, err := exec.Command("sh", "-c", "echo "+shq("+ "+d.Run[0])).Output()
-	if err != nil || strings.TrimSpace(string(out)) != "+ "+d.Run[0] {
-		t.Errorf("shq round trip: %q %v", out, err)
-	}
-}
-
-func TestProgressWriter(t *testing.T) {
-	var sb strings.Builder
-	pw := newProgressWriter(&sb, []step{{"one"}, {"two"}, {"three"}})
-	pw.Step(1)
-	pw.Write([]byte("I: hello\n" + stepMarker + "2\npartial"))
-	pw.Write([]byte(" line\n"))
-	out := sb.String()
-	for _, want := range []string{"[1/3] one… (", "I: hello\n", "[2/3] two… (", "partial line\n"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("progress output %q lacks %q", out, want)
-		}
-	}
-	if strings.Contains(out, stepMarker) {
-		t.Errorf("marker leaked: %q", out)
-	}
-	if tail := pw.Tail(); tail != "I: hello\npartial line" {
-		t.Errorf("Tail() = %q", tail)
 	}
 }
 
@@ -347,10 +283,8 @@ func TestRuntimeField(t *testing.T) {
 	if !errors.Is(err, ErrInvalidDefinition) || !strings.Contains(err.Error(), "runtime: \"kata\" not supported") {
 		t.Fatalf("bad runtime err = %v", err)
 	}
-	// The runtime is not a build input: existing trees stay valid.
-	plain, _ := Definition{Name: "x"}.Digest()
-	withRT, _ := Definition{Name: "x", Runtime: "runsc"}.Digest()
-	if plain == "" || plain != withRT {
-		t.Fatalf("digest changed with runtime: %q vs %q", plain, withRT)
+	spec, _, err := Definition{Name: "x", Runtime: "runsc"}.Spec()
+	if err != nil || spec.Runtime != "runsc" {
+		t.Fatalf("spec runtime = %q, %v", spec.Runtime, err)
 	}
 }

@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cubby-dev/cubby/internal/layer"
+	"github.com/cubby-dev/cubby/internal/runtime/oci"
 )
 
 // xattrCaps is the extended attribute holding a file's capabilities (vfs_cap_data,
@@ -37,37 +40,46 @@ func ungrantableCaps(v []byte, granted uint64) bool {
 	return magic&vfsCapFlagEffective != 0 && permitted&^granted != 0
 }
 
-// dropUngrantableCaps removes the file capabilities of every regular file
-// below rootfs that sandboxes could not execute (ungrantableCaps) and returns
-// their paths relative to rootfs. Debian's ping (cap_net_raw+ep) is one: without
-// its capability it runs and uses ICMP datagram sockets. Symlinks are never
-// followed (the tree is a staging copy nothing else writes to). Errors: the
-// walk or an xattr call fails.
-func dropUngrantableCaps(rootfs string, granted uint64) ([]string, error) {
-	var dropped []string
+// grantableOnly keeps every attribute but file capabilities sandboxes could
+// not execute (ungrantableCaps under granted). Debian's ping (cap_net_raw+ep)
+// is one: without its capability it runs and uses ICMP datagram sockets.
+func grantableOnly(granted uint64) func(name string, value []byte) bool {
+	return func(name string, value []byte) bool {
+		return name != xattrCaps || !ungrantableCaps(value, granted)
+	}
+}
+
+// applyOptions apply layers to template trees: file capabilities the
+// sandboxes' bounding set (oci.GrantedCaps) lacks are left out of the tree
+// (the layers keep them, as the image has them).
+var applyOptions = layer.ApplyOptions{KeepXattr: grantableOnly(oci.GrantedCaps())}
+
+// dropUngrantableCaps removes from the regular files under root the file
+// capabilities sandboxes could not execute (ungrantableCaps under granted),
+// as applyOptions does for layers, and returns how many it removed. root
+// must be a tree of its own: its files' inodes are changed in place.
+func dropUngrantableCaps(root string, granted uint64) (int, error) {
+	n := 0
 	buf := make([]byte, 64)
-	err := filepath.WalkDir(rootfs, func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
 			return err
 		}
-		n, err := unix.Lgetxattr(p, xattrCaps, buf)
-		switch {
-		case errors.Is(err, unix.ENODATA) || errors.Is(err, unix.ENOTSUP):
-			return nil
-		case err != nil:
-			return fmt.Errorf("read capabilities of %s: %w", p, err)
-		case !ungrantableCaps(buf[:n], granted):
+		size, err := unix.Lgetxattr(path, xattrCaps, buf)
+		if errors.Is(err, unix.ENODATA) || errors.Is(err, unix.ERANGE) {
+			return nil // no capabilities, or not a vfs_cap_data value we know
+		}
+		if err != nil {
+			return fmt.Errorf("read capabilities of %s: %w", path, err)
+		}
+		if !ungrantableCaps(buf[:size], granted) {
 			return nil
 		}
-		if err := unix.Lremovexattr(p, xattrCaps); err != nil {
-			return fmt.Errorf("remove capabilities of %s: %w", p, err)
+		if err := unix.Lremovexattr(path, xattrCaps); err != nil {
+			return fmt.Errorf("drop capabilities of %s: %w", path, err)
 		}
-		rel, _ := filepath.Rel(rootfs, p)
-		dropped = append(dropped, "/"+rel)
+		n++
 		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("file capabilities in %s: %w", rootfs, err)
-	}
-	return dropped, nil
+	return n, err
 }

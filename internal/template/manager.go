@@ -4,238 +4,229 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
-	"os/exec"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
-	"syscall"
+	"sync"
 	"time"
 
-	"github.com/cubby-dev/cubby/internal/runtime/oci"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/cubby-dev/cubby/internal/image"
 )
 
-// ErrNotFound is wrapped by Get for an unknown template ID or alias.
+// ErrNotFound is wrapped by lookups of an unknown template ID, name, alias or tag.
 var ErrNotFound = errors.New("template not found")
 
-// ErrAliasTaken is wrapped by Build when the definition's name or an alias
-// already names a different template.
+// ErrReadOnly is wrapped when changing a template built by an earlier Cubby
+// version (see legacy.go): rebuild it to manage it.
+var ErrReadOnly = errors.New("template was built by an earlier Cubby version and is read-only; rebuild it")
+
+// ErrAliasTaken is wrapped when a name or alias already names another template.
 var ErrAliasTaken = errors.New("template alias already in use")
 
-// Info describes one built template tree (stored as template.json next to it).
+// DefaultTag is the tag a build gets when it asks for none, and the tag a
+// reference without ":tag" resolves to (E2B template tags).
+const DefaultTag = "default"
+
+// Info describes one built template: a build of it, reached by a tag.
 type Info struct {
-	ID        string            `json:"id"`        // IDFor(Name)
-	Name      string            `json:"name"`      // primary alias
-	Aliases   []string          `json:"aliases"`   // Name first, then the definition's aliases
-	Digest    string            `json:"digest"`    // Definition.Digest of the build inputs
-	RootfsDir string            `json:"rootfsDir"` // absolute path of the immutable rootfs tree (recomputed on load)
+	ID        string            `json:"id"`      // IDFor(Name)
+	Name      string            `json:"name"`    // primary name
+	Aliases   []string          `json:"aliases"` // Name first, then further aliases
+	Tag       string            `json:"tag"`     // the tag this Info was resolved through ("" for legacy trees)
+	Tags      []string          `json:"tags"`    // every tag pointing at this build
+	BuildID   string            `json:"buildID"` // build identifier (UUID); legacy: the tree digest
+	Digest    string            `json:"digest"`  // OCI manifest digest ("sha256:…"); legacy: the definition digest
+	RootfsDir string            `json:"rootfsDir"`
 	BuiltAt   time.Time         `json:"builtAt"`
-	SizeBytes int64             `json:"sizeBytes"` // disk usage of the rootfs, bytes
-	User      string            `json:"user"`      // default user (E2B wire §3.6)
+	SizeBytes int64             `json:"sizeBytes"` // disk usage of the rootfs tree
+	User      string            `json:"user"`      // default user of sandboxes (E2B wire §3.6)
 	Workdir   string            `json:"workdir"`   // default working directory
 	Env       map[string]string `json:"env,omitempty"`
-	Packages  []string          `json:"packages"` // Debian packages requested (Definition.Includes)
-	// Runtime is the definition's OCI runtime ("runc", "runsc"; "" = the server's
-	// default). Not part of Digest: a build that hits a cached tree rewrites it.
-	Runtime string `json:"runtime,omitempty"`
+	StartCmd  string            `json:"startCmd,omitempty"`
+	ReadyCmd  string            `json:"readyCmd,omitempty"`
+	Runtime   string            `json:"runtime,omitempty"` // "runc", "runsc" or "" (server default)
+	Public    bool              `json:"public"`
+	// Team owns the template ("" for built-ins and templates built on the
+	// host with `cubby template build`: every team may use them, none
+	// change them through the API).
+	Team     string `json:"team,omitempty"`
+	CPUCount int    `json:"cpuCount,omitempty"`
+	MemoryMB int    `json:"memoryMB,omitempty"`
+	// Shippable reports that every layer of the tree is in the OCI layout
+	// (false for legacy trees and builds on top of them).
+	Shippable bool `json:"shippable"`
+	// Packages lists the Debian packages of a legacy tree's definition.
+	Packages []string `json:"packages,omitempty"`
 }
 
-// Manager builds templates into a directory and looks them up. Layout:
+// Manager stores built templates under one directory:
 //
-//	<dir>/<id>/<tree>/rootfs         immutable tree; <tree> = digest (digest.N after forced rebuilds)
-//	<dir>/<id>/<tree>/template.json  Info of that tree
-//	<dir>/<id>/current               symlink to the template's current <tree>
-//	<dir>/.staging/<id>-*            builds in progress (removed on failure)
-//	<dir>/.locks/<id>.lock           flock serialising builds and prunes of one template
+//	<dir>/oci/               OCI image layout: every layer, config and manifest by digest;
+//	                         index.json names each template build (see refs.go)
+//	<dir>/trees/<chain>/     immutable rootfs trees, named by the OCI chain ID of their layers
+//	<dir>/trees/.staging/    trees being made (removed on failure and by Prune)
+//	<dir>/cache/<key>.json   build step cache: step inputs -> resulting layer
+//	<dir>/.locks/            flocks serialising builds of one template and Prune
+//	<dir>/<id>/current       trees of earlier Cubby versions (read only, see legacy.go)
 //
 // A Manager is safe for concurrent use, also by several processes sharing dir.
 type Manager struct {
-	dir        string
-	log        *slog.Logger
-	mmdebstrap string
-	hostCA     string // host CA bundle trusted by build steps; "" = none
+	dir   string
+	log   *slog.Logger
+	store *image.Store
+
+	mu      sync.Mutex
+	configs map[v1.Hash]v1.ConfigFile // manifest digest -> config (immutable content)
 }
 
-// hostCABundle is Debian's CA bundle path (update-ca-certificates output, which
-// includes local CAs from /usr/local/share/ca-certificates).
-const hostCABundle = "/etc/ssl/certs/ca-certificates.crt"
-
-// NewManager returns a Manager storing templates under dir (created on first
-// build). Builds need root and mmdebstrap in PATH. A nil log discards log output.
-func NewManager(dir string, log *slog.Logger) *Manager {
+// NewManager returns a Manager storing templates under dir. Nothing is
+// written there until a build (or a tag change): a directory shared with
+// other servers is only read. A nil log discards log output.
+func NewManager(dir string, log *slog.Logger) (*Manager, error) {
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m := &Manager{dir: dir, log: log, mmdebstrap: "mmdebstrap"}
-	if _, err := os.Stat(hostCABundle); err == nil {
-		m.hostCA = hostCABundle
+	st, err := image.OpenStore(filepath.Join(dir, "oci"))
+	if err != nil {
+		return nil, err
 	}
-	return m
+	return &Manager{dir: dir, log: log, store: st, configs: map[v1.Hash]v1.ConfigFile{}}, nil
 }
 
-// Build returns the template built from def, building it with mmdebstrap (as root)
-// unless a tree with the same digest exists and force is false. A new tree becomes
-// the template's current one atomically; older trees stay until Prune. Progress
-// lines go to progress (may be nil). Cancelling ctx kills mmdebstrap; a failed or
-// cancelled build leaves nothing behind. Errors wrap ErrInvalidDefinition,
-// ErrAliasTaken, ctx.Err() or the build failure (with mmdebstrap's last lines).
-func (m *Manager) Build(ctx context.Context, def Definition, progress io.Writer, force bool) (Info, error) {
-	def = def.withDefaults()
-	if err := def.Validate(); err != nil {
-		return Info{}, fmt.Errorf("build template %q: %w", def.Name, err)
-	}
-	files, err := def.resolveFiles()
-	if err != nil {
-		return Info{}, fmt.Errorf("build template %q: %w", def.Name, err)
-	}
-	digest, err := digestOf(def, files)
-	if err != nil {
-		return Info{}, err
-	}
-	id := IDFor(def.Name)
-	unlock, err := m.lock(ctx, id)
-	if err != nil {
-		return Info{}, fmt.Errorf("build template %q: %w", def.Name, err)
-	}
-	defer unlock()
-	if err := m.checkAliases(id, def); err != nil {
-		return Info{}, fmt.Errorf("build template %q: %w", def.Name, err)
-	}
-	if !force {
-		if info, ok := m.cached(id, digest, progress); ok {
-			return m.syncRuntime(info, def.Runtime)
-		}
-	}
-	info, err := m.build(ctx, def, files, id, digest, progress)
-	if err != nil {
-		m.log.Warn("template build failed", "id", id, "name", def.Name, "digest", digest, "err", err)
-		return Info{}, fmt.Errorf("build template %q: %w", def.Name, err)
-	}
-	return info, nil
+// Dir is the templates directory.
+func (m *Manager) Dir() string { return m.dir }
+
+// Store is the OCI layout holding every blob.
+func (m *Manager) Store() *image.Store { return m.store }
+
+// treeDir is where the tree with chain ID chain lives.
+func (m *Manager) treeDir(chain v1.Hash) string {
+	return filepath.Join(m.dir, "trees", chain.Hex)
 }
 
-// cached returns an existing tree of id with digest, making it current.
-func (m *Manager) cached(id, digest string, progress io.Writer) (Info, bool) {
-	for _, tree := range m.trees(id) {
-		if tree != digest && !strings.HasPrefix(tree, digest+".") {
-			continue
-		}
-		info, err := m.readInfo(id, tree)
-		if err != nil || info.Digest != digest {
-			continue
-		}
-		if err := m.setCurrent(id, tree); err != nil {
-			m.log.Warn("template cache hit but current pointer not switched", "id", id, "err", err)
-			continue
-		}
-		if progress != nil {
-			fmt.Fprintf(progress, "template %s (%s) digest %s already built at %s, cached\n",
-				info.Name, id, digest, info.BuiltAt.Format(time.RFC3339))
-		}
-		return info, true
+func (m *Manager) stagingDir() string { return filepath.Join(m.dir, "trees", ".staging") }
+
+// Get returns the template build ref names: an ID, name or alias, with an
+// optional ":tag" (default: the "default" tag, else the newest build).
+// Errors wrap ErrNotFound.
+func (m *Manager) Get(ref string) (Info, error) {
+	name, tag, _ := strings.Cut(ref, ":")
+	if !nameRe.MatchString(name) || (tag != "" && !tagRe.MatchString(tag)) {
+		return Info{}, fmt.Errorf("template %q: %w", ref, ErrNotFound)
 	}
-	return Info{}, false
+	builds, err := m.builds()
+	if err != nil {
+		return Info{}, err
+	}
+	var match []Info
+	for _, b := range builds {
+		if b.ID == name || slices.Contains(b.Aliases, name) {
+			match = append(match, b)
+		}
+	}
+	if len(match) > 0 {
+		if info, ok := pickTag(match, tag); ok {
+			return info, nil
+		}
+		return Info{}, fmt.Errorf("template %q has no tag %q: %w", name, tag, ErrNotFound)
+	}
+	if tag == "" || tag == DefaultTag {
+		if info, err := m.legacyGet(name); err == nil {
+			return info, nil
+		} else if !errors.Is(err, ErrNotFound) {
+			return Info{}, err
+		}
+	}
+	return Info{}, fmt.Errorf("template %q: %w", ref, ErrNotFound)
 }
 
-// build runs mmdebstrap into a staging dir and commits the result.
-func (m *Manager) build(ctx context.Context, def Definition, files []resolvedFile, id, digest string, progress io.Writer) (Info, error) {
-	steps := plan(def, files)
-	rec := newBuildRecorder()
-	out := io.Writer(rec)
-	if progress != nil {
-		out = io.MultiWriter(progress, rec)
+// VisibleTo reports whether team may use the template: its own, public
+// ones and those no team owns (built-ins).
+func (i Info) VisibleTo(team string) bool { return i.Team == "" || i.Public || i.Team == team }
+
+// pickTag chooses among builds of one template: the given tag; without a
+// tag the default tag, else the newest build.
+func pickTag(builds []Info, tag string) (Info, bool) {
+	want := tag
+	if want == "" {
+		want = DefaultTag
 	}
-	pw := newProgressWriter(out, steps)
-	if err := os.MkdirAll(m.stagingDir(), 0o755); err != nil {
-		return Info{}, fmt.Errorf("staging: %w", err)
-	}
-	stage, err := os.MkdirTemp(m.stagingDir(), id+"-")
-	if err != nil {
-		return Info{}, fmt.Errorf("staging: %w", err)
-	}
-	defer func() {
-		if err := removeTree(stage); err != nil {
-			m.log.Error("remove template staging dir", "dir", stage, "err", err)
-		}
-	}()
-	treeDir := filepath.Join(stage, "tree")
-	// stage and tree are 0755 so apt's _apt user can reach the rootfs during the
-	// build and sandboxes can traverse the committed tree.
-	for d, mode := range map[string]os.FileMode{stage: 0o755, filepath.Join(stage, "ctx"): 0o700,
-		filepath.Join(stage, "tmp"): 0o700, treeDir: 0o755} {
-		if err := os.Mkdir(d, mode); err != nil && d != stage {
-			return Info{}, fmt.Errorf("staging: %w", err)
-		}
-		if err := os.Chmod(d, mode); err != nil {
-			return Info{}, fmt.Errorf("staging: %w", err)
+	for _, b := range builds {
+		if b.Tag == want {
+			return b, true
 		}
 	}
-	script, err := writeContext(filepath.Join(stage, "ctx"), def, files, m.hostCA)
-	if err != nil {
-		return Info{}, err
+	if tag != "" {
+		return Info{}, false
 	}
-	m.log.Info("template build started", "id", id, "name", def.Name, "digest", digest)
-	pw.Step(1)
-	rootfs := filepath.Join(treeDir, "rootfs")
-	if err := m.runMmdebstrap(ctx, def, rootfs, script, filepath.Join(stage, "tmp"), pw); err != nil {
-		return Info{}, err
+	newest := builds[0]
+	for _, b := range builds[1:] {
+		if b.BuiltAt.After(newest.BuiltAt) {
+			newest = b
+		}
 	}
-	dropped, err := dropUngrantableCaps(rootfs, oci.GrantedCaps())
-	if err != nil {
-		return Info{}, err
-	}
-	if len(dropped) > 0 {
-		pw.Printf("removed file capabilities sandboxes cannot grant from %s", strings.Join(dropped, ", "))
-	}
-	pw.Step(len(steps))
-	pw.Printf("build finished in %s; committing the tree", pw.Elapsed())
-	if err := rec.writeTo(treeDir); err != nil {
-		return Info{}, err
-	}
-	info, err := m.commit(ctx, def, id, digest, treeDir)
-	if err != nil {
-		return Info{}, err
-	}
-	pw.Printf("built template %s (%s) digest %s: %s in %s", def.Name, id, digest, humanBytes(info.SizeBytes), pw.Elapsed())
-	m.log.Info("template built", "id", id, "name", def.Name, "digest", digest,
-		"bytes", info.SizeBytes, "seconds", pw.Elapsed().Seconds(), "rootfs", info.RootfsDir)
-	return info, nil
+	return newest, true
 }
 
-// runMmdebstrap runs mmdebstrap in its own mount and PID namespace, so its chroot
-// mounts never reach the host and killing it kills every process it started.
-func (m *Manager) runMmdebstrap(ctx context.Context, def Definition, rootfs, script, tmp string, pw *progressWriter) error {
-	args := []string{
-		"--mode=root", "--format=directory", "--variant=" + def.Variant,
-		"--include=" + strings.Join(def.Includes(), ","),
-		"--customize-hook=sh " + shq(script) + ` "$1"`,
-		def.Suite, rootfs,
-	}
-	cmd := exec.CommandContext(ctx, m.mmdebstrap, args...)
-	cmd.Stdout, cmd.Stderr = pw, pw
-	cmd.Env = append(os.Environ(), "TMPDIR="+tmp, "LC_ALL=C.UTF-8")
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Setpgid:      true,
-		Pdeathsig:    syscall.SIGKILL,
-		Cloneflags:   syscall.CLONE_NEWPID,
-		Unshareflags: syscall.CLONE_NEWNS, // Go makes / recursively private in the child
-	}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 10 * time.Second
-	err := cmd.Run()
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return fmt.Errorf("mmdebstrap cancelled: %w", ctxErr)
-	}
+// List returns one Info per template (as Get(id) resolves it), sorted by name.
+func (m *Manager) List() ([]Info, error) {
+	builds, err := m.builds()
 	if err != nil {
-		return fmt.Errorf("mmdebstrap %s: %w; last output:\n%s", def.Suite, err, pw.Tail())
+		return nil, err
 	}
-	return nil
+	byID := map[string][]Info{}
+	for _, b := range builds {
+		byID[b.ID] = append(byID[b.ID], b)
+	}
+	var out []Info
+	for _, bs := range byID {
+		info, _ := pickTag(bs, "")
+		out = append(out, info)
+	}
+	legacy, err := m.legacyList()
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range legacy {
+		if _, ok := byID[l.ID]; !ok {
+			out = append(out, l)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
 }
 
-func humanBytes(n int64) string {
-	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+// Builds returns every tagged build of template id (an ID, name or alias),
+// one Info per tag, newest first. Errors wrap ErrNotFound.
+func (m *Manager) Builds(idOrName string) ([]Info, error) {
+	builds, err := m.builds()
+	if err != nil {
+		return nil, err
+	}
+	var out []Info
+	for _, b := range builds {
+		if b.ID == idOrName || slices.Contains(b.Aliases, idOrName) {
+			out = append(out, b)
+		}
+	}
+	if len(out) == 0 {
+		if l, err := m.legacyGet(idOrName); err == nil {
+			return []Info{l}, nil
+		}
+		return nil, fmt.Errorf("template %q: %w", idOrName, ErrNotFound)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].BuiltAt.After(out[j].BuiltAt) })
+	return out, nil
+}
+
+// lockTemplate serialises builds (and tag changes) of template id.
+func (m *Manager) lockTemplate(ctx context.Context, id string) (func(), error) {
+	return m.lock(ctx, "template-"+id)
 }

@@ -49,7 +49,11 @@ func newBackendEnv(tb testing.TB, name string, userns bool, newRT func(stateRoot
 		wd, _ := os.Getwd()
 		tdir = filepath.Join(wd, "..", "..", ".cache", "templates")
 	}
-	info, err := template.NewManager(tdir, nil).Get("base")
+	tm, err := template.NewManager(tdir, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	info, err := tm.Get("base")
 	if err != nil {
 		tb.Skipf("base template not built in %s (`make templates`): %v", tdir, err)
 	}

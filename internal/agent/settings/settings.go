@@ -65,7 +65,9 @@ func (s *Settings) Apply(req agentapi.InitRequest) {
 
 // EnvVars returns a copy of the sandbox-level environment variables: those of
 // /init, and the ones pointing runtimes at the egress CA when the sandbox has
-// one (an /init variable of the same name wins).
+// one (an /init variable of the same name wins, except that one naming the
+// host CA bundle names the copy that holds the egress CA too:
+// trust.HostBundleEnv).
 func (s *Settings) EnvVars() map[string]string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -74,6 +76,7 @@ func (s *Settings) EnvVars() map[string]string {
 		return maps.Clone(s.envVars)
 	}
 	maps.Copy(out, s.envVars)
+	trust.HostBundleEnv(out)
 	return out
 }
 

@@ -6,6 +6,11 @@
 // packages (requests, httpx, pip) and, through Env, Node.js
 // (NODE_EXTRA_CA_CERTS) and Deno (DENO_CERT), which read their own stores.
 // The agent uses it for the server's egress CA (agentapi.InitRequest.EgressCA).
+//
+// A sandbox given the host's CA bundle (agentapi.CABundlePath, read-only,
+// named by the variables of agentapi.CAEnv) gets a copy of it holding the
+// certificate too, HostBundleFile, which those variables name instead while
+// the certificate is installed (see HostBundleEnv).
 package trust
 
 import (
@@ -16,6 +21,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/cubby-dev/cubby/internal/agentapi"
 )
 
 // Paths inside the root.
@@ -23,6 +30,9 @@ const (
 	// CertFile is the CA certificate on its own (PEM).
 	CertFile     = "/usr/local/share/ca-certificates/cubby-egress-ca.crt"
 	systemBundle = "/etc/ssl/certs/ca-certificates.crt"
+	// HostBundleFile is agentapi.CABundlePath joined with the certificate
+	// (.pem: update-ca-certificates reads .crt files only).
+	HostBundleFile = "/usr/local/share/ca-certificates/cubby-host-bundle.pem"
 )
 
 // certifiGlobs find the certifi bundles of Python installations.
@@ -62,6 +72,9 @@ func Install(root string, certPEM []byte) error {
 	if err := os.WriteFile(path, certPEM, 0o644); err != nil {
 		return fmt.Errorf("trust: %w", err)
 	}
+	if err := copyHostBundle(root); err != nil {
+		return err
+	}
 	block := append(append([]byte(beginMark), bytes.TrimSpace(certPEM)...), '\n')
 	block = append(block, endMark...)
 	return eachBundle(root, func(data []byte) []byte { return append(strip(data), block...) })
@@ -74,7 +87,38 @@ func Remove(root string) error {
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	return errors.Join(err, eachBundle(root, strip))
+	hostErr := os.Remove(filepath.Join(root, HostBundleFile))
+	if errors.Is(hostErr, fs.ErrNotExist) {
+		hostErr = nil
+	}
+	return errors.Join(err, hostErr, eachBundle(root, strip))
+}
+
+// copyHostBundle copies agentapi.CABundlePath to HostBundleFile when the
+// sandbox has it (eachBundle then adds the certificate to the copy).
+func copyHostBundle(root string) error {
+	data, err := os.ReadFile(filepath.Join(root, agentapi.CABundlePath))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(root, HostBundleFile), data, 0o644)
+	}
+	if err != nil {
+		return fmt.Errorf("trust: host CA bundle: %w", err)
+	}
+	return nil
+}
+
+// HostBundleEnv rewrites env in place: variables naming
+// agentapi.CABundlePath name HostBundleFile instead (call it only while the
+// certificate is installed).
+func HostBundleEnv(env map[string]string) {
+	for k, v := range env {
+		if v == agentapi.CABundlePath {
+			env[k] = HostBundleFile
+		}
+	}
 }
 
 // strip removes the marked block from a bundle.
@@ -93,7 +137,7 @@ func strip(data []byte) []byte {
 // eachBundle rewrites every existing bundle (symlinks resolved, each target
 // once) with edit, atomically and keeping its mode.
 func eachBundle(root string, edit func([]byte) []byte) error {
-	paths := []string{filepath.Join(root, systemBundle)}
+	paths := []string{filepath.Join(root, systemBundle), filepath.Join(root, HostBundleFile)}
 	for _, g := range certifiGlobs {
 		m, _ := filepath.Glob(filepath.Join(root, g))
 		paths = append(paths, m...)

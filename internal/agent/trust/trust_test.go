@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cubby-dev/cubby/internal/agentapi"
 )
 
 const pemA = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"
@@ -61,5 +63,33 @@ func TestInstallReplaceRemove(t *testing.T) {
 	}
 	if err := Install(root, []byte("not pem")); err == nil {
 		t.Fatal("garbage installed")
+	}
+}
+
+// A sandbox given the host's CA bundle trusts the egress CA through the
+// variables that name that bundle too: they name a copy holding both.
+func TestHostBundle(t *testing.T) {
+	root := t.TempDir()
+	write(t, filepath.Join(root, agentapi.CABundlePath), "host roots\n")
+	if err := Install(root, []byte(pemA)); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(filepath.Join(root, HostBundleFile))
+	if !strings.HasPrefix(string(b), "host roots\n") || strings.Count(string(b), "AAAA") != 1 {
+		t.Fatalf("host bundle copy:\n%s", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, agentapi.CABundlePath)); string(b) != "host roots\n" {
+		t.Fatalf("host bundle itself changed: %q", b)
+	}
+	env := map[string]string{"SSL_CERT_FILE": agentapi.CABundlePath, "NODE_EXTRA_CA_CERTS": agentapi.CABundlePath, "OTHER": "x"}
+	HostBundleEnv(env)
+	if env["SSL_CERT_FILE"] != HostBundleFile || env["NODE_EXTRA_CA_CERTS"] != HostBundleFile || env["OTHER"] != "x" {
+		t.Fatalf("env %v", env)
+	}
+	if err := Remove(root); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, HostBundleFile)); !os.IsNotExist(err) {
+		t.Fatalf("host bundle copy left: %v", err)
 	}
 }

@@ -46,7 +46,7 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (inst b
 	s := &sandbox{
 		ID: req.SandboxID, Runtime: rt.Name(), Lower: req.RootfsDir, CPUCount: req.CPUCount,
 		StartedAt: time.Now().UTC(), Init: req.Init,
-		NoInternet: req.NoInternet || req.Egress.BlocksAll(), egress: req.Egress,
+		NoInternet: req.NoInternet || req.Egress.BlocksAll(), egress: req.Egress, Start: req.Start,
 		Rootfs: filepath.Join(b.runDir(req.SandboxID), rootfs.RootfsName),
 	}
 	if req.Snapshot != "" {
@@ -86,6 +86,9 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (inst b
 	undo.push(func() { _ = rt.Kill(cleanupCtx, req.SandboxID) })
 	if err := b.initAgent(ctx, s, ""); err != nil {
 		return backend.Instance{}, fmt.Errorf("%w (sandbox output: %s)", err, b.outputTail(s.ID))
+	}
+	if err := b.runStart(ctx, s); err != nil {
+		return backend.Instance{}, err
 	}
 	b.mu.Lock()
 	b.sandboxes[s.ID] = s
@@ -198,6 +201,10 @@ func (b *Backend) writeBundle(req backend.CreateRequest, s *sandbox, rt runtime.
 		Destination: agentPath, Type: "bind", Source: b.cfg.AgentBinary,
 		Options: []string{"bind", "ro", "nosuid", "nodev"},
 	}}
+	if req.CABundle != "" {
+		mounts = append(mounts, specs.Mount{Destination: agentapi.CABundlePath, Type: "bind", Source: req.CABundle,
+			Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
+	}
 	for dst, src := range etc {
 		mounts = append(mounts, specs.Mount{Destination: dst, Type: "bind", Source: src, Options: []string{"bind", "ro"}})
 	}

@@ -170,6 +170,8 @@ type sandbox struct {
 	egress    *policy.Policy
 	egressSet bool                          // rules of a non-zero policy may be in nftables and the proxy
 	egressNow atomic.Pointer[policy.Policy] // egress, for readers that must not wait for mu
+	// Start is the template's start command, run again at each boot from disk.
+	Start *backend.StartCommand `json:"start,omitempty"`
 
 	mu      sync.Mutex // serialises lifecycle operations on this sandbox
 	out     *sandboxlog.Output
@@ -315,6 +317,19 @@ func (b *Backend) Lookup(_ context.Context, id string) (backend.Instance, error)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return b.instance(s), nil
+}
+
+// Lowers returns the template trees (CreateRequest.RootfsDir) of every
+// sandbox this backend runs, running or paused: what a template clean-up
+// must keep.
+func (b *Backend) Lowers() map[string]bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make(map[string]bool, len(b.sandboxes))
+	for _, s := range b.sandboxes {
+		out[s.Lower] = true
+	}
+	return out
 }
 
 // Close implements backend.Backend; sandboxes keep running. Afterwards the backend

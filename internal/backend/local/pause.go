@@ -242,6 +242,9 @@ func (b *Backend) restart(ctx context.Context, s *sandbox, rt runtime.Runtime) (
 	if err := b.initAgent(ctx, s, s.Init.AccessToken); err != nil {
 		return fmt.Errorf("%w (sandbox output: %s)", err, b.outputTail(s.ID))
 	}
+	if err := b.runStart(ctx, s); err != nil {
+		return err
+	}
 	if err := b.watchExit(s); err != nil {
 		b.log.Warn("cannot watch sandbox init", "sandbox", s.ID, "err", err)
 	}

@@ -146,6 +146,30 @@ func (e TemplateBuildStatus) Valid() bool {
 	}
 }
 
+// Defines values for GetTemplateBuildStatusParamsLevel.
+const (
+	GetTemplateBuildStatusParamsLevelDebug GetTemplateBuildStatusParamsLevel = "debug"
+	GetTemplateBuildStatusParamsLevelError GetTemplateBuildStatusParamsLevel = "error"
+	GetTemplateBuildStatusParamsLevelInfo  GetTemplateBuildStatusParamsLevel = "info"
+	GetTemplateBuildStatusParamsLevelWarn  GetTemplateBuildStatusParamsLevel = "warn"
+)
+
+// Valid indicates whether the value is a known member of the GetTemplateBuildStatusParamsLevel enum.
+func (e GetTemplateBuildStatusParamsLevel) Valid() bool {
+	switch e {
+	case GetTemplateBuildStatusParamsLevelDebug:
+		return true
+	case GetTemplateBuildStatusParamsLevelError:
+		return true
+	case GetTemplateBuildStatusParamsLevelInfo:
+		return true
+	case GetTemplateBuildStatusParamsLevelWarn:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ListSandboxesV2ParamsOrder.
 const (
 	Asc  ListSandboxesV2ParamsOrder = "asc"
@@ -457,17 +481,22 @@ type SecretUpdate struct {
 type Template struct {
 	Aliases []string `json:"aliases"`
 
+	// BuildCount Builds of it this server has a record of (at least 1).
+	BuildCount int32 `json:"buildCount"`
+
 	// BuildID The build of the template's current tree.
 	BuildID     string              `json:"buildID"`
 	BuildStatus TemplateBuildStatus `json:"buildStatus"`
 
 	// CpuCount CPUs of sandboxes created from it.
-	CpuCount  int32     `json:"cpuCount"`
-	CreatedAt time.Time `json:"createdAt"`
+	CpuCount  int32                   `json:"cpuCount"`
+	CreatedAt time.Time               `json:"createdAt"`
+	CreatedBy *map[string]interface{} `json:"createdBy"`
 
 	// DiskSizeMB Writable disk of sandboxes created from it, MiB.
-	DiskSizeMB  int32  `json:"diskSizeMB"`
-	EnvdVersion string `json:"envdVersion"`
+	DiskSizeMB    int32      `json:"diskSizeMB"`
+	EnvdVersion   string     `json:"envdVersion"`
+	LastSpawnedAt *time.Time `json:"lastSpawnedAt"`
 
 	// MemoryMB Memory limit of sandboxes created from it, MiB.
 	MemoryMB int32    `json:"memoryMB"`
@@ -477,7 +506,10 @@ type Template struct {
 	Public bool `json:"public"`
 
 	// SizeBytes Cubby extension; disk usage of the template's tree, bytes.
-	SizeBytes  *int64    `json:"sizeBytes,omitempty"`
+	SizeBytes *int64 `json:"sizeBytes,omitempty"`
+
+	// SpawnCount Sandboxes created from it.
+	SpawnCount int64     `json:"spawnCount"`
 	TemplateID string    `json:"templateID"`
 	UpdatedAt  time.Time `json:"updatedAt"`
 }
@@ -488,20 +520,35 @@ type TemplateBuildInfo struct {
 	LogEntries []TemplateBuildLogEntry `json:"logEntries"`
 
 	// Logs The log entries' messages.
-	Logs       []string            `json:"logs"`
-	Status     TemplateBuildStatus `json:"status"`
-	TemplateID string              `json:"templateID"`
+	Logs []string `json:"logs"`
+
+	// Reason Why a build failed (status error), with the failed step's last log entries.
+	Reason     *TemplateBuildReason `json:"reason,omitempty"`
+	Status     TemplateBuildStatus  `json:"status"`
+	TemplateID string               `json:"templateID"`
 }
 
 // TemplateBuildLogEntry defines model for TemplateBuildLogEntry.
 type TemplateBuildLogEntry struct {
-	Level     TemplateBuildLogEntryLevel `json:"level"`
-	Message   string                     `json:"message"`
-	Timestamp time.Time                  `json:"timestamp"`
+	Level   TemplateBuildLogEntryLevel `json:"level"`
+	Message string                     `json:"message"`
+
+	// Step "base", the step's number from 1, or "finalize".
+	Step      *string   `json:"step,omitempty"`
+	Timestamp time.Time `json:"timestamp"`
 }
 
 // TemplateBuildLogEntryLevel defines model for TemplateBuildLogEntry.Level.
 type TemplateBuildLogEntryLevel string
+
+// TemplateBuildReason Why a build failed (status error), with the failed step's last log entries.
+type TemplateBuildReason struct {
+	LogEntries *[]TemplateBuildLogEntry `json:"logEntries,omitempty"`
+	Message    string                   `json:"message"`
+
+	// Step "base", the step's number from 1, or "finalize" (start and ready commands).
+	Step *string `json:"step,omitempty"`
+}
 
 // TemplateBuildStatus defines model for TemplateBuildStatus.
 type TemplateBuildStatus string
@@ -573,9 +620,15 @@ type GetTemplateBuildStatusParams struct {
 	// LogsOffset Skip this many log entries (a poller passes the count it already has). Default 0.
 	LogsOffset *int32 `form:"logsOffset,omitempty" json:"logsOffset,omitempty"`
 
-	// Limit At most this many log entries; 0 or absent means all that remain.
+	// Limit At most this many log entries; 0 or absent means all that remain (100 at most, and 100 when absent, for builds requested through the template build API, docs/templates.md).
 	Limit *int32 `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Level Only entries at this level or above.
+	Level *GetTemplateBuildStatusParamsLevel `form:"level,omitempty" json:"level,omitempty"`
 }
+
+// GetTemplateBuildStatusParamsLevel defines parameters for GetTemplateBuildStatus.
+type GetTemplateBuildStatusParamsLevel string
 
 // ListSandboxesV2Params defines parameters for ListSandboxesV2.
 type ListSandboxesV2Params struct {
@@ -2177,6 +2230,18 @@ func NewGetTemplateBuildStatusRequest(server string, templateID string, buildID 
 		if params.Limit != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int32"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Level != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "level", *params.Level, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
