@@ -13,10 +13,14 @@
 # code-interpreter template; cached), start the test internet the network
 # tests use (test/compat/internet: echo servers, DNS and a SOCKS5 proxy in a
 # network namespace; CUBBY_TEST_INTERNET names its JSON description), start
-# `cubby serve` on a free loopback port with a generated API key and its
-# egress proxy pointed at that internet, wait for GET /health (up to 20 min:
-# the first start builds the base template), install the suites' dependencies
-# (idempotent), run the suites, stop the server and the test internet. Exits
+# the test registries the Template suites pull base images from
+# (internal/registrytest/cmd/testregistry: a minimal Debian image, anonymous
+# and behind a password; the anonymous one is the server's Docker Hub
+# mirror), start `cubby serve` on a free loopback port with a generated API
+# key and its egress proxy pointed at that internet, wait for GET /health (up
+# to 20 min: the first start builds the base template), install the suites'
+# dependencies (idempotent), run the suites, stop the server, the registries
+# and the test internet. Exits
 # non-zero if anything fails.
 #
 # Environment knobs:
@@ -42,7 +46,7 @@ for arg in "$@"; do
     --py-only) lang_js=0 ;;
     --ci-only) kind_core=0 ;;
     --core-only) kind_ci=0 ;;
-    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option: $arg" >&2; exit 2 ;;
   esac
 done
@@ -106,6 +110,41 @@ install_py() { # install_py [DIR]: venv + pip in DIR (default python/) when requ
 # ---------------------------------------------------------------------- server
 
 server_pid=""
+registry_pid=""
+
+stop_registry() {
+  [[ -n "$registry_pid" ]] || return 0
+  kill -TERM "$registry_pid" 2>/dev/null || true
+  wait "$registry_pid" 2>/dev/null || true
+  registry_pid=""
+}
+
+# start_registry starts the test registries and exports the variables they
+# print (CUBBY_TEST_IMAGE, CUBBY_TEST_AUTH_IMAGE, CUBBY_TEST_REGISTRY_USER,
+# CUBBY_TEST_REGISTRY_PASSWORD, CUBBY_TEST_MIRROR).
+start_registry() {
+  local out="$(dirname "$server_log")/registry.env"
+  rm -f "$out"
+  log "starting the test registries (the first run makes a Debian image with mmdebstrap)"
+  local bin="$repo/.cache/tools/testregistry"
+  (cd "$repo" && go build -o "$bin" ./internal/registrytest/cmd/testregistry) || return 1
+  (cd "$repo" && exec "$bin") >"$out" 2>"$out.log" &
+  registry_pid=$!
+  for _ in $(seq 1 900); do
+    if grep -q '^CUBBY_TEST_MIRROR=' "$out" 2>/dev/null; then
+      set -a
+      # shellcheck disable=SC1090
+      . "$out"
+      set +a
+      return 0
+    fi
+    if ! kill -0 "$registry_pid" 2>/dev/null; then
+      log "the test registries failed:"; cat "$out.log" >&2; return 1
+    fi
+    sleep 1
+  done
+  log "the test registries did not start in 15 min"; return 1
+}
 
 stop_server() {
   [[ -n "$server_pid" ]] || return 0
@@ -130,7 +169,7 @@ show_server_log() {
   tail -n 80 "$server_log" >&2 || true
 }
 
-trap 'stop_server' EXIT
+trap 'stop_server; stop_registry' EXIT
 trap 'exit 130' INT TERM
 
 free_port() {
@@ -170,6 +209,12 @@ if [[ "${CUBBY_COMPAT_SKIP_BUILD:-0}" != 1 ]]; then
   fi
 fi
 
+mirror_args=()
+if ((run_js || run_py)); then
+  start_registry
+  mirror_args=(--registry-mirror "$CUBBY_TEST_MIRROR")
+fi
+
 port="${CUBBY_COMPAT_PORT:-$(free_port)}"
 api_key="e2b_$(od -An -N20 -tx1 /dev/urandom | tr -d ' \n')"
 origin="http://127.0.0.1:$port"
@@ -205,13 +250,13 @@ stop_internet() {
   wait "$internet_pid" 2>/dev/null || true
   internet_pid=""
 }
-trap 'stop_server; stop_internet' EXIT
+trap 'stop_server; stop_registry; stop_internet' EXIT
 start_internet
 
 # Install while the server starts: both take a while on a cold machine.
 log "starting cubby serve on $origin (data: $data_dir, log: $server_log)"
 CUBBY_API_KEY="$api_key" "$cubby" serve --listen "127.0.0.1:$port" --data-dir "$data_dir" \
-  --templates-dir "$templates_dir" \
+  --templates-dir "$templates_dir" "${mirror_args[@]}" \
   --bridge "${CUBBY_COMPAT_BRIDGE:-cbcompat0}" --subnet "${CUBBY_COMPAT_SUBNET:-10.79.0.0/20}" \
   >"$server_log" 2>&1 &
 server_pid=$!
@@ -273,4 +318,5 @@ if ((status != 0)); then
   show_server_log
 fi
 stop_server
+stop_registry
 exit "$status"
