@@ -20,12 +20,11 @@ import (
 
 	"github.com/cubby-dev/cubby/internal/layer"
 	"github.com/cubby-dev/cubby/internal/registrytest"
-	"github.com/cubby-dev/cubby/internal/testserver"
 )
 
 func startRegistry(t *testing.T, user, pass string) *registrytest.Registry {
 	t.Helper()
-	repo, err := testserver.RepoRoot()
+	repo, err := filepath.Abs(filepath.Join("..", "..")) // tests run in internal/image
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -106,8 +106,6 @@ func TestBuildStepsIsolatedLikeSandboxes(t *testing.T) {
 	s.healthy(t)
 }
 
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
 // TestHostileImageLayers builds from an image whose layers try to write
 // outside the tree (.. names, absolute names, through symlinks to / and to
 // host directories), plant a /dev/mem device and overlay attributes: the
