@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -63,6 +64,16 @@ p neighbour "$(timeout 3 bash -c "echo > /dev/tcp/%s/8000" >/dev/null 2>&1 && ec
 p internet "$(timeout 20 bash -c 'exec 3<>/dev/tcp/deb.debian.org/80 && printf "HEAD / HTTP/1.0\r\nHost: deb.debian.org\r\n\r\n" >&3 && head -c 4 <&3' 2>/dev/null)"
 `
 
+// hostIDs returns probe output with the host start of the uid_map line
+// taken out (each sandbox gets its own range), and that start.
+func hostIDs(probe string) (string, string) {
+	m := regexp.MustCompile(`(?m)^uid_map= 0 (\d+) (\d+)$`).FindStringSubmatchIndex(probe)
+	if m == nil {
+		return probe, ""
+	}
+	return probe[:m[2]] + "HOST" + probe[m[3]:], probe[m[2]:m[3]]
+}
+
 // TestBuildStepsIsolatedLikeSandboxes runs the same probe as root in a user
 // sandbox and in a template build step: the build sandbox must have exactly
 // the sandbox's boundary (capabilities, seccomp, no namespaces or mounts,
@@ -97,8 +108,13 @@ func TestBuildStepsIsolatedLikeSandboxes(t *testing.T) {
 		{"type": "RUN", "args": []string{"bash -c " + shellQuote(probe) + " > /probe.txt", "root"}}}}, "ready")
 	got := asRoot(t, s.create(t, "isolation-probe"), "cat /probe.txt").Out
 	t.Logf("probe as root in a build step:\n%s", got)
+	got, gotHost := hostIDs(got)
+	want, wantHost := hostIDs(want)
 	if got != want {
 		t.Errorf("a build step's boundary differs from a sandbox's:\nbuild step:\n%s\nsandbox:\n%s", got, want)
+	}
+	if gotHost == wantHost && gotHost != "0" { // with user namespaces each sandbox has its own id range
+		t.Errorf("a build step shares host ids %s with a sandbox", gotHost)
 	}
 	if !strings.Contains(got, "internet=HTTP") {
 		t.Errorf("build steps have no internet access:\n%s", got)
