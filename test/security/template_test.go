@@ -17,9 +17,11 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"golang.org/x/sys/unix"
 
 	"github.com/cubby-dev/cubby/internal/layer"
 	"github.com/cubby-dev/cubby/internal/registrytest"
+	"github.com/cubby-dev/cubby/internal/template"
 	"github.com/cubby-dev/cubby/internal/testserver"
 	"github.com/cubby-dev/cubby/sdk"
 )
@@ -74,6 +76,30 @@ func hostIDs(probe string) (string, string) {
 	return probe[:m[2]] + "HOST" + probe[m[3]:], probe[m[2]:m[3]]
 }
 
+// checkCanonicalOwners checks, on the host, the owners of paths in the tree
+// of template name: a tree holds canonical ids (root = 0), whatever host id
+// range the build step ran under, so every sandbox maps it as its own.
+func checkCanonicalOwners(t *testing.T, s *server, name string, want map[string]string) {
+	t.Helper()
+	tm, err := template.NewManager(s.TemplatesDir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := tm.Get(name)
+	if err != nil {
+		t.Fatalf("template %s on the host: %v", name, err)
+	}
+	for p, owner := range want {
+		var st unix.Stat_t
+		if err := unix.Lstat(filepath.Join(info.RootfsDir, p), &st); err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprintf("%d:%d", st.Uid, st.Gid); got != owner {
+			t.Errorf("%s in the tree of %s is owned by %s on the host, want %s", p, name, got, owner)
+		}
+	}
+}
+
 // TestBuildStepsIsolatedLikeSandboxes runs the same probe as root in a user
 // sandbox and in a template build step: the build sandbox must have exactly
 // the sandbox's boundary (capabilities, seccomp, no namespaces or mounts,
@@ -116,6 +142,7 @@ func TestBuildStepsIsolatedLikeSandboxes(t *testing.T) {
 	if gotHost == wantHost && gotHost != "0" { // with user namespaces each sandbox has its own id range
 		t.Errorf("a build step shares host ids %s with a sandbox", gotHost)
 	}
+	checkCanonicalOwners(t, s, "isolation-probe", map[string]string{"/probe.txt": "0:0", "/home/user": "1000:1000", "/usr/bin/sudo": "0:0"})
 	if !strings.Contains(got, "internet=HTTP") {
 		t.Errorf("build steps have no internet access:\n%s", got)
 	}
