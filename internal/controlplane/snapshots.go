@@ -156,12 +156,14 @@ func (s *Service) pruneSnapshots(ctx context.Context) error {
 	return s.backend.PruneSnapshots(ctx, ids)
 }
 
-// snapshotRoutes registers the snapshot and fork routes on mux.
+// snapshotRoutes registers the snapshot and fork routes on mux. DELETE
+// /templates/{id}, how the SDKs delete a snapshot, is the template API's
+// (templateAPI.DeleteTemplate), which deletes the caller's snapshot of that
+// ID or name when there is one.
 func (h httpAPI) snapshotRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /sandboxes/{sandboxID}/snapshots", h.createSnapshot)
 	mux.HandleFunc("GET /snapshots", h.listSnapshots)
 	mux.HandleFunc("GET /snapshots/{snapshotID}", h.getSnapshot)
-	mux.HandleFunc("DELETE /templates/{templateID}", h.deleteTemplate)
 	mux.HandleFunc("POST /sandboxes/{sandboxID}/fork", h.forkSandbox)
 }
 
@@ -238,16 +240,3 @@ func (h httpAPI) getSnapshot(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, viewSnapshot(sn))
 }
 
-// deleteTemplate implements DELETE /templates/{id} for snapshots (how the SDKs
-// delete one): 204, or 404 when the caller's team has no such snapshot.
-// Templates themselves are not deleted over this API.
-func (h httpAPI) deleteTemplate(w http.ResponseWriter, r *http.Request) {
-	if !h.ready(w) {
-		return
-	}
-	if err := h.s.deleteSnapshot(r.Context(), teamOf(r), r.PathValue("templateID")); err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
-}

@@ -149,9 +149,27 @@ func (t templateAPI) GetTemplate(w http.ResponseWriter, r *http.Request, templat
 	writeJSON(w, http.StatusOK, out)
 }
 
-// DeleteTemplate implements DELETE /templates/{templateID}: its tags go at
-// once; its trees stay while sandboxes use them (pruned in the background).
+// DeleteTemplate implements DELETE /templates/{templateID}: a snapshot of the
+// caller's team by that ID or name is deleted (how the SDKs delete one, see
+// docs/snapshots.md); else the template, unless snapshots were taken of it
+// (409: sandboxes start from them with its settings): its tags go at once,
+// its trees stay while sandboxes use them (pruned in the background).
 func (t templateAPI) DeleteTemplate(w http.ResponseWriter, r *http.Request, templateID string) {
+	if !t.h.ready(w) {
+		return
+	}
+	if sn, err := t.s().findSnapshot(r.Context(), teamOf(r), templateID); err == nil && !sn.Internal {
+		if err := t.s().deleteSnapshot(r.Context(), teamOf(r), templateID); err != nil {
+			t.h.fail(w, r, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	if t.s().tstore == nil { // no template service: only snapshots, as before
+		writeError(w, http.StatusNotFound, fmt.Sprintf("template '%s' not found", templateID))
+		return
+	}
 	if !t.ready(w) {
 		return
 	}
@@ -159,6 +177,14 @@ func (t templateAPI) DeleteTemplate(w http.ResponseWriter, r *http.Request, temp
 	if err == nil {
 		if def, derr := t.s().tstore.Get(t.s().cfg.DefaultTemplate); derr == nil && def.ID == info.ID {
 			writeError(w, http.StatusConflict, fmt.Sprintf("template '%s' is the server's default template and cannot be deleted", templateID))
+			return
+		}
+		if n, serr := t.s().store.TemplateSnapshots(r.Context(), info.ID); serr != nil || n > 0 {
+			if serr == nil {
+				serr = &httpError{status: http.StatusConflict, msg: fmt.Sprintf(
+					"template '%s' has %d snapshot(s); delete them first (DELETE /templates/{snapshotID})", templateID, n)}
+			}
+			t.h.fail(w, r, serr)
 			return
 		}
 		err = t.s().tstore.Delete(r.Context(), info.ID)

@@ -115,6 +115,17 @@ func (s *Store) SnapshotIDs(ctx context.Context) ([]string, error) {
 	return out, rows.Err()
 }
 
+// TemplateSnapshots returns how many snapshots (of any team, forks' internal
+// captures left out) were taken of sandboxes of template templateID.
+func (s *Store) TemplateSnapshots(ctx context.Context, templateID string) (int, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM snapshots WHERE template_id = ? AND internal = 0`, templateID).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("snapshots of template %s: %w", templateID, err)
+	}
+	return n, nil
+}
+
 // DeleteSnapshot removes team's snapshot id or returns ErrNotFound.
 func (s *Store) DeleteSnapshot(ctx context.Context, team, id string) error {
 	res, err := s.db.ExecContext(ctx, `DELETE FROM snapshots WHERE team = ? AND id = ?`, team, id)

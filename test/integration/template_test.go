@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -341,7 +342,8 @@ func TestTemplateConcurrentBuilds(t *testing.T) {
 // TestTemplateDeleteKeepsRunningSandbox deletes a template while a sandbox
 // of it runs: the template is gone at once, the sandbox keeps reading its
 // files (the clean-up keeps its tree), and once the sandbox is gone the next
-// clean-up removes the tree.
+// clean-up removes the tree. A template with snapshots is not deleted (409)
+// until they are.
 func TestTemplateDeleteKeepsRunningSandbox(t *testing.T) {
 	ts := testserver.Start(t, testserver.Options{BridgePrefix: "cbit", Args: []string{"--template-gc-age", "1s"}})
 	s := &server{Server: ts, t: t}
@@ -357,6 +359,18 @@ func TestTemplateDeleteKeepsRunningSandbox(t *testing.T) {
 	}
 	tree := mustTemplate(t, tm, "doomed").RootfsDir
 	sb := s.create(t, map[string]any{"templateID": "doomed"})
+	var snap struct {
+		SnapshotID string `json:"snapshotID"`
+	}
+	if code := s.api("POST", "/sandboxes/"+sb.ID+"/snapshots", map[string]any{}, &snap); code != 201 {
+		t.Fatalf("snapshot: %d", code)
+	}
+	if code := s.api("DELETE", "/templates/doomed", nil, nil); code != 409 {
+		t.Errorf("delete a template with a snapshot: %d, want 409", code)
+	}
+	if code := s.api("DELETE", "/templates/"+url.PathEscape(snap.SnapshotID), nil, nil); code != 204 {
+		t.Fatalf("delete the snapshot: %d", code)
+	}
 	if code := s.api("DELETE", "/templates/doomed", nil, nil); code != 204 {
 		t.Fatalf("delete: %d", code)
 	}

@@ -320,12 +320,13 @@ func (b *Backend) Lookup(_ context.Context, id string) (backend.Instance, error)
 }
 
 // Lowers returns the template trees (CreateRequest.RootfsDir) of every
-// sandbox this backend runs, running or paused: what a template clean-up
-// must keep.
+// sandbox this backend runs, running or paused, and of every snapshot it
+// holds (sandboxes start from a snapshot over its template's tree): what a
+// template clean-up must keep.
 func (b *Backend) Lowers() map[string]bool {
+	out := b.snapshotLowers()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	out := make(map[string]bool, len(b.sandboxes))
 	for _, s := range b.sandboxes {
 		out[s.Lower] = true
 	}

@@ -292,6 +292,24 @@ func (b *Backend) collectSnapshots(ctx context.Context) {
 	}
 }
 
+// snapshotLowers returns the template trees of the snapshots on disk,
+// deleted ones included (kept while a sandbox stacks their layer).
+func (b *Backend) snapshotLowers() map[string]bool {
+	b.snapMu.Lock()
+	defer b.snapMu.Unlock()
+	out := map[string]bool{}
+	entries, err := os.ReadDir(b.cfg.SnapshotDir)
+	if err != nil {
+		return out
+	}
+	for _, e := range entries {
+		if rec, err := b.loadSnapshot(e.Name()); err == nil {
+			out[rec.Lower] = true
+		}
+	}
+	return out
+}
+
 func markUsed(used map[string]bool, layers []rootfs.Layer) {
 	for _, l := range layers {
 		used[l.Image] = true
