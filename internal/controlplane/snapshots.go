@@ -239,4 +239,3 @@ func (h httpAPI) getSnapshot(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, viewSnapshot(sn))
 }
-
