@@ -133,9 +133,13 @@ func seconds(d time.Duration) int32 {
 	return int32((d + time.Second - 1) / time.Second)
 }
 
-func (cp *controlPlane) create(ctx context.Context, body apiclient.NewSandboxV2) (*apiclient.Sandbox, error) {
+func (cp *controlPlane) create(ctx context.Context, body apiclient.NewSandboxV2, idempotencyKey string) (*apiclient.Sandbox, error) {
+	var params apiclient.CreateSandboxV2Params
+	if idempotencyKey != "" {
+		params.IdempotencyKey = &idempotencyKey
+	}
 	_, _, b, err := cp.call(ctx, "create sandbox", "", []int{http.StatusCreated}, func(ctx context.Context) (*http.Response, error) {
-		return cp.client.CreateSandboxV2(ctx, body)
+		return cp.client.CreateSandboxV2(ctx, &params, body)
 	})
 	if err != nil {
 		if nf, ok := err.(*NotFoundError); ok {

@@ -34,6 +34,10 @@ type CreateOptions struct {
 	AutoPause bool
 	// Network is passed through to the server (egress allow/deny lists).
 	Network *NetworkOptions
+	// IdempotencyKey, when set, is sent as the Idempotency-Key header (1–255
+	// lowercase letters, digits and hyphens): repeating the create with the
+	// same key returns the sandbox the first create made instead of a second.
+	IdempotencyKey string
 }
 
 // NetworkOptions are the sandbox network settings of E2B wire §2.2; the
@@ -106,7 +110,7 @@ func Create(ctx context.Context, opts *CreateOptions) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	sb, err := cp.create(ctx, createBody(opts))
+	sb, err := cp.create(ctx, createBody(opts), opts.IdempotencyKey)
 	if err != nil {
 		closeIdle()
 		return nil, err

@@ -82,7 +82,7 @@ func New(cfg Config) *Agent {
 		}
 		interp, err := interpreter.New(interpreter.Config{
 			Env:              s.EnvVars,
-			User:             s.User(),
+			User:             interpreter.DefaultUser,
 			Workdir:          s.Workdir(),
 			Log:              cfg.Log.With("svc", "interpreter"),
 			KernelLogDir:     agentapi.KernelLogDir,

@@ -14,6 +14,27 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for CubbyPauseMethod.
+const (
+	CubbyPauseMethodCheckpoint CubbyPauseMethod = "checkpoint"
+	CubbyPauseMethodFilesystem CubbyPauseMethod = "filesystem"
+	CubbyPauseMethodFreeze     CubbyPauseMethod = "freeze"
+)
+
+// Valid indicates whether the value is a known member of the CubbyPauseMethod enum.
+func (e CubbyPauseMethod) Valid() bool {
+	switch e {
+	case CubbyPauseMethodCheckpoint:
+		return true
+	case CubbyPauseMethodFilesystem:
+		return true
+	case CubbyPauseMethodFreeze:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SandboxLifecycleOnTimeout.
 const (
 	Kill  SandboxLifecycleOnTimeout = "kill"
@@ -58,19 +79,16 @@ func (e SandboxLogEntryLevel) Valid() bool {
 
 // Defines values for SandboxPauseMode.
 const (
-	Checkpoint SandboxPauseMode = "checkpoint"
-	Filesystem SandboxPauseMode = "filesystem"
-	Memory     SandboxPauseMode = "memory"
+	SandboxPauseModeFilesystem SandboxPauseMode = "filesystem"
+	SandboxPauseModeFull       SandboxPauseMode = "full"
 )
 
 // Valid indicates whether the value is a known member of the SandboxPauseMode enum.
 func (e SandboxPauseMode) Valid() bool {
 	switch e {
-	case Checkpoint:
+	case SandboxPauseModeFilesystem:
 		return true
-	case Filesystem:
-		return true
-	case Memory:
+	case SandboxPauseModeFull:
 		return true
 	default:
 		return false
@@ -193,14 +211,20 @@ type ConnectSandbox struct {
 	Timeout *int32 `json:"timeout,omitempty"`
 }
 
+// CubbyPauseMethod Cubby extension (absent while running; SDKs ignore it): how the pause was done. "freeze" = processes frozen in RAM (runc cgroup freezer, pauseMode full); "checkpoint" = processes and memory saved to disk, RAM freed (gVisor, pauseMode full); "filesystem" = processes stopped, RAM freed (pauseMode filesystem).
+type CubbyPauseMethod string
+
 // EnvVars defines model for EnvVars.
 type EnvVars map[string]string
 
 // Error defines model for Error.
 type Error struct {
 	// Code The HTTP status code.
-	Code    int32  `json:"code"`
-	Message string `json:"message"`
+	Code int32 `json:"code"`
+
+	// ErrorCode Machine-readable reason where E2B defines one (e.g. idempotency_request_mismatch).
+	ErrorCode *string `json:"error_code,omitempty"`
+	Message   string  `json:"message"`
 }
 
 // ListedSandbox defines model for ListedSandbox.
@@ -245,7 +269,7 @@ type NewSandbox struct {
 	// TemplateID Template ID or alias; default the server's default template.
 	TemplateID *string `json:"templateID,omitempty"`
 
-	// Timeout Seconds until the sandbox is killed; default 300.
+	// Timeout Seconds until the sandbox is killed; default 300 (v1 create, 15).
 	Timeout      *int32                `json:"timeout,omitempty"`
 	VolumeMounts *[]SandboxVolumeMount `json:"volumeMounts,omitempty"`
 }
@@ -272,7 +296,7 @@ type NewSandboxV2 struct {
 	// TemplateID Template ID or alias; default the server's default template.
 	TemplateID *string `json:"templateID,omitempty"`
 
-	// Timeout Seconds until the sandbox is killed; default 300.
+	// Timeout Seconds until the sandbox is killed; default 300 (v1 create, 15).
 	Timeout      *int32                `json:"timeout,omitempty"`
 	VolumeMounts *[]SandboxVolumeMount `json:"volumeMounts,omitempty"`
 }
@@ -314,21 +338,24 @@ type SandboxAutoResumeConfig struct {
 
 // SandboxDetail defines model for SandboxDetail.
 type SandboxDetail struct {
-	Alias               *string               `json:"alias,omitempty"`
-	AllowInternetAccess *bool                 `json:"allowInternetAccess,omitempty"`
-	ClientID            string                `json:"clientID"`
-	CpuCount            int32                 `json:"cpuCount"`
-	DiskSizeMB          int32                 `json:"diskSizeMB"`
-	Domain              *string               `json:"domain"`
-	EndAt               time.Time             `json:"endAt"`
-	EnvdAccessToken     *string               `json:"envdAccessToken,omitempty"`
-	EnvdVersion         string                `json:"envdVersion"`
-	Lifecycle           *SandboxLifecycle     `json:"lifecycle,omitempty"`
-	MemoryMB            int32                 `json:"memoryMB"`
-	Metadata            *SandboxMetadata      `json:"metadata,omitempty"`
-	Network             *SandboxNetworkConfig `json:"network,omitempty"`
+	Alias               *string `json:"alias,omitempty"`
+	AllowInternetAccess *bool   `json:"allowInternetAccess,omitempty"`
+	ClientID            string  `json:"clientID"`
+	CpuCount            int32   `json:"cpuCount"`
 
-	// PauseMode Cubby extension (absent while running; SDKs ignore it): what a paused sandbox kept. "memory" = processes frozen in RAM (runc cgroup freezer); "checkpoint" = processes and memory saved to disk, RAM freed, resume restores them (gVisor); "filesystem" = processes stopped, RAM freed, disk and address kept, resume starts the sandbox again with its files but without its processes (pause body {"memory": false}).
+	// CubbyPauseMethod Cubby extension (absent while running; SDKs ignore it): how the pause was done. "freeze" = processes frozen in RAM (runc cgroup freezer, pauseMode full); "checkpoint" = processes and memory saved to disk, RAM freed (gVisor, pauseMode full); "filesystem" = processes stopped, RAM freed (pauseMode filesystem).
+	CubbyPauseMethod *CubbyPauseMethod     `json:"cubbyPauseMethod,omitempty"`
+	DiskSizeMB       int32                 `json:"diskSizeMB"`
+	Domain           *string               `json:"domain"`
+	EndAt            time.Time             `json:"endAt"`
+	EnvdAccessToken  *string               `json:"envdAccessToken,omitempty"`
+	EnvdVersion      string                `json:"envdVersion"`
+	Lifecycle        *SandboxLifecycle     `json:"lifecycle,omitempty"`
+	MemoryMB         int32                 `json:"memoryMB"`
+	Metadata         *SandboxMetadata      `json:"metadata,omitempty"`
+	Network          *SandboxNetworkConfig `json:"network,omitempty"`
+
+	// PauseMode What the sandbox's latest pause saved (absent while running): "full" kept the processes and their memory, resume continues where they were; "filesystem" kept only the disk (and address), resume boots the sandbox again from its files (pause body {"memory": false}).
 	PauseMode    *SandboxPauseMode     `json:"pauseMode,omitempty"`
 	SandboxID    string                `json:"sandboxID"`
 	StartedAt    time.Time             `json:"startedAt"`
@@ -434,7 +461,7 @@ type SandboxNetworkUpdateConfig struct {
 	Rules               *map[string][]SandboxNetworkRule `json:"rules,omitempty"`
 }
 
-// SandboxPauseMode Cubby extension (absent while running; SDKs ignore it): what a paused sandbox kept. "memory" = processes frozen in RAM (runc cgroup freezer); "checkpoint" = processes and memory saved to disk, RAM freed, resume restores them (gVisor); "filesystem" = processes stopped, RAM freed, disk and address kept, resume starts the sandbox again with its files but without its processes (pause body {"memory": false}).
+// SandboxPauseMode What the sandbox's latest pause saved (absent while running): "full" kept the processes and their memory, resume continues where they were; "filesystem" kept only the disk (and address), resume boots the sandbox again from its files (pause body {"memory": false}).
 type SandboxPauseMode string
 
 // SandboxState defines model for SandboxState.
@@ -550,6 +577,9 @@ type TemplateBuildReason struct {
 // TemplateBuildStatus defines model for TemplateBuildStatus.
 type TemplateBuildStatus string
 
+// IdempotencyKey defines model for idempotencyKey.
+type IdempotencyKey = string
+
 // MetadataFilter defines model for metadataFilter.
 type MetadataFilter = string
 
@@ -583,6 +613,16 @@ type ListSandboxesParams struct {
 	// URL-encoded, the pairs are joined as a query string and the result is
 	// URL-encoded again as one parameter (E2B wire §2.4).
 	Metadata *MetadataFilter `form:"metadata,omitempty" json:"metadata,omitempty"`
+}
+
+// CreateSandboxParams defines parameters for CreateSandbox.
+type CreateSandboxParams struct {
+	// IdempotencyKey 1–255 lowercase letters, digits and hyphens. A create repeated with the same key
+	// (per API key, within 24 hours) answers with the sandbox the first one created,
+	// never a second sandbox; while the first is still being created the repeat waits
+	// for it. The same key with a different body is a 409 (error_code
+	// idempotency_request_mismatch).
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // GetSandboxLogsParams defines parameters for GetSandboxLogs.
@@ -656,6 +696,16 @@ type ListSandboxesV2Params struct {
 // ListSandboxesV2ParamsOrder defines parameters for ListSandboxesV2.
 type ListSandboxesV2ParamsOrder string
 
+// CreateSandboxV2Params defines parameters for CreateSandboxV2.
+type CreateSandboxV2Params struct {
+	// IdempotencyKey 1–255 lowercase letters, digits and hyphens. A create repeated with the same key
+	// (per API key, within 24 hours) answers with the sandbox the first one created,
+	// never a second sandbox; while the first is still being created the repeat waits
+	// for it. The same key with a different body is a 409 (error_code
+	// idempotency_request_mismatch).
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
+
 // CreateSandboxJSONRequestBody defines body for CreateSandbox for application/json ContentType.
 type CreateSandboxJSONRequestBody = NewSandbox
 
@@ -690,7 +740,7 @@ type ServerInterface interface {
 	ListSandboxes(w http.ResponseWriter, r *http.Request, params ListSandboxesParams)
 	// CreateSandbox Create a sandbox (v1; secured only when `secure` is true).
 	// (POST /sandboxes)
-	CreateSandbox(w http.ResponseWriter, r *http.Request)
+	CreateSandbox(w http.ResponseWriter, r *http.Request, params CreateSandboxParams)
 	// KillSandbox Kill a sandbox.
 	// (DELETE /sandboxes/{sandboxID})
 	KillSandbox(w http.ResponseWriter, r *http.Request, sandboxID SandboxID)
@@ -741,7 +791,7 @@ type ServerInterface interface {
 	ListSandboxesV2(w http.ResponseWriter, r *http.Request, params ListSandboxesV2Params)
 	// CreateSandboxV2 Create a sandbox (v2; always secured).
 	// (POST /v2/sandboxes)
-	CreateSandboxV2(w http.ResponseWriter, r *http.Request)
+	CreateSandboxV2(w http.ResponseWriter, r *http.Request, params CreateSandboxV2Params)
 	// ConnectSandboxV2 Same as /sandboxes/{sandboxID}/connect (v2 path used by the JS SDK).
 	// (POST /v2/sandboxes/{sandboxID}/connect)
 	ConnectSandboxV2(w http.ResponseWriter, r *http.Request, sandboxID SandboxID)
@@ -792,8 +842,35 @@ func (siw *ServerInterfaceWrapper) ListSandboxes(w http.ResponseWriter, r *http.
 // CreateSandbox operation middleware
 func (siw *ServerInterfaceWrapper) CreateSandbox(w http.ResponseWriter, r *http.Request) {
 
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params CreateSandboxParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.CreateSandbox(w, r)
+		siw.Handler.CreateSandbox(w, r, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -1412,8 +1489,35 @@ func (siw *ServerInterfaceWrapper) ListSandboxesV2(w http.ResponseWriter, r *htt
 // CreateSandboxV2 operation middleware
 func (siw *ServerInterfaceWrapper) CreateSandboxV2(w http.ResponseWriter, r *http.Request) {
 
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params CreateSandboxV2Params
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.CreateSandboxV2(w, r)
+		siw.Handler.CreateSandboxV2(w, r, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {

@@ -61,7 +61,7 @@ func newRoot() *cobra.Command {
 	for _, cmd := range []*cobra.Command{run, exec, shell} {
 		client.bind(cmd)
 	}
-	root.AddCommand(newServeCmd(), newAgentCmd(), newEgressProxyCmd(), newTemplateCmd(),
+	root.AddCommand(newServeCmd(), newAgentCmd(), newOCIHookCmd(), newNetworkCmd(), newEgressProxyCmd(), newTemplateCmd(),
 		newSandboxCmd(client), run, exec, shell, newFilesCmd(client), newKeysCmd(), newMCPCmd(client))
 	return root
 }

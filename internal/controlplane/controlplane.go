@@ -145,7 +145,8 @@ type Service struct {
 	tstore         TemplateStore
 	builds         TemplateBuilds
 	pruneTemplates func()
-	uploadKey      []byte // signs upload URLs (random per process)
+	uploadKey      []byte   // signs upload URLs (random per process)
+	idem           inflight // creates with an Idempotency-Key under way
 }
 
 // metricsRetention is how much sample history each sandbox keeps in memory.

@@ -37,8 +37,8 @@ func (s *Service) sandboxView(r store.Sandbox) api.Sandbox {
 	}
 }
 
-// detailView is the SandboxDetail body of GET /sandboxes/{id}; pauseMode is the
-// Cubby extension field, omitted when empty (running).
+// detailView is the SandboxDetail body of GET /sandboxes/{id}; pauseMode and
+// cubbyPauseMethod come from the backend's pause mode, omitted when empty (running).
 func (s *Service) detailView(r store.Sandbox, pauseMode backend.PauseMode) api.SandboxDetail {
 	meta := api.SandboxMetadata(r.Metadata)
 	life := api.SandboxLifecycle{OnTimeout: api.SandboxLifecycleOnTimeout(r.Lifecycle.OnTimeout), AutoResume: r.Lifecycle.AutoResume}
@@ -54,10 +54,23 @@ func (s *Service) detailView(r store.Sandbox, pauseMode backend.PauseMode) api.S
 		Network: networkView(r.Network), Lifecycle: &life, VolumeMounts: mountsView(r.VolumeMounts),
 	}
 	if r.State == store.StatePaused && pauseMode != "" {
-		pm := api.SandboxPauseMode(pauseMode)
-		d.PauseMode = &pm
+		mode, method := pauseViews(pauseMode)
+		d.PauseMode, d.CubbyPauseMethod = &mode, &method
 	}
 	return d
+}
+
+// pauseViews maps a backend pause mode to E2B's pauseMode (full: memory kept;
+// filesystem: disk only) and Cubby's finer cubbyPauseMethod.
+func pauseViews(m backend.PauseMode) (api.SandboxPauseMode, api.CubbyPauseMethod) {
+	switch m {
+	case backend.PauseMemory:
+		return api.SandboxPauseModeFull, api.CubbyPauseMethodFreeze
+	case backend.PauseCheckpoint:
+		return api.SandboxPauseModeFull, api.CubbyPauseMethodCheckpoint
+	default:
+		return api.SandboxPauseModeFilesystem, api.CubbyPauseMethodFilesystem
+	}
 }
 
 // networkView decodes the stored network config, dropping the egress proxy password.

@@ -21,10 +21,12 @@ import (
 // maxBodyBytes bounds request bodies (1 MiB).
 const maxBodyBytes = 1 << 20
 
-// httpError is an error with the HTTP status it is answered with.
+// httpError is an error with the HTTP status it is answered with and, where
+// E2B defines one, its machine-readable error_code.
 type httpError struct {
-	status int
-	msg    string
+	status  int
+	msg     string
+	errCode string
 }
 
 func (e *httpError) Error() string { return e.msg }
@@ -165,6 +167,8 @@ func (h httpAPI) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var he *httpError
 	var ae *admission.Error
 	switch {
+	case errors.As(err, &he) && he.errCode != "":
+		writeJSON(w, he.status, api.Error{Code: int32(he.status), Message: he.msg, ErrorCode: &he.errCode})
 	case errors.As(err, &he):
 		writeError(w, he.status, he.msg)
 	case errors.As(err, &ae):
@@ -190,26 +194,28 @@ func (h httpAPI) ready(w http.ResponseWriter) bool {
 }
 
 // CreateSandbox implements POST /sandboxes (v1: secured only with secure=true, default timeout 15 s).
-func (h httpAPI) CreateSandbox(w http.ResponseWriter, r *http.Request) {
+func (h httpAPI) CreateSandbox(w http.ResponseWriter, r *http.Request, p api.CreateSandboxParams) {
 	var b api.CreateSandboxJSONRequestBody
 	if err := decodeBody(w, r, &b, true); err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	h.create(w, r, v1Body(b), b.Secure != nil && *b.Secure, defaultTimeoutV1)
+	h.create(w, r, v1Body(b), b.Secure != nil && *b.Secure, defaultTimeoutV1, p.IdempotencyKey)
 }
 
 // CreateSandboxV2 implements POST /v2/sandboxes (always secured, default timeout 300 s).
-func (h httpAPI) CreateSandboxV2(w http.ResponseWriter, r *http.Request) {
+func (h httpAPI) CreateSandboxV2(w http.ResponseWriter, r *http.Request, p api.CreateSandboxV2Params) {
 	var b api.CreateSandboxV2JSONRequestBody
 	if err := decodeBody(w, r, &b, true); err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	h.create(w, r, b, true, defaultTimeoutV2)
+	h.create(w, r, b, true, defaultTimeoutV2, p.IdempotencyKey)
 }
 
-func (h httpAPI) create(w http.ResponseWriter, r *http.Request, b api.NewSandboxV2, secure bool, def time.Duration) {
+// create serves both create versions; with an Idempotency-Key (E2B's SDKs ≥
+// 2.61 send one when asked to) a repeated request gets the first one's sandbox.
+func (h httpAPI) create(w http.ResponseWriter, r *http.Request, b api.NewSandboxV2, secure bool, def time.Duration, key *string) {
 	if !h.ready(w) {
 		return
 	}
@@ -219,12 +225,29 @@ func (h httpAPI) create(w http.ResponseWriter, r *http.Request, b api.NewSandbox
 		return
 	}
 	sp.team = teamOf(r)
-	rec, err := h.s.create(r.Context(), sp)
+	var rec store.Sandbox
+	if key == nil {
+		rec, err = h.s.create(r.Context(), sp)
+	} else {
+		rec, err = h.createOnce(r, *key, b, secure, def, sp)
+	}
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, h.s.sandboxView(rec))
+}
+
+// createOnce validates the Idempotency-Key and runs an idempotent create.
+func (h httpAPI) createOnce(r *http.Request, key string, b api.NewSandboxV2, secure bool, def time.Duration, sp createSpec) (store.Sandbox, error) {
+	if !idempotencyKeyRe.MatchString(key) {
+		return store.Sandbox{}, badRequest("Idempotency-Key must be 1–255 lowercase letters, digits and hyphens")
+	}
+	fp, err := fingerprint(b, secure, def)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	return h.s.createOnce(r.Context(), idemKey{scope: idempotencyScope(r), key: key}, fp, sp)
 }
 
 // v1Body drops the v1-only `secure` field.

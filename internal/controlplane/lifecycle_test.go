@@ -12,10 +12,11 @@ import (
 )
 
 type detail struct {
-	State     string         `json:"state"`
-	PauseMode *string        `json:"pauseMode"`
-	EndAt     time.Time      `json:"endAt"`
-	Lifecycle map[string]any `json:"lifecycle"`
+	State       string         `json:"state"`
+	PauseMode   *string        `json:"pauseMode"`
+	PauseMethod *string        `json:"cubbyPauseMethod"`
+	EndAt       time.Time      `json:"endAt"`
+	Lifecycle   map[string]any `json:"lifecycle"`
 }
 
 func (h *harness) detail(id string) detail {
@@ -49,14 +50,14 @@ func (h *harness) timerArmed(id string) bool {
 func TestPauseModes(t *testing.T) {
 	h := newHarness(t, Config{})
 	for _, tc := range []struct {
-		body any
-		keep bool
-		mode string
+		body         any
+		keep         bool
+		mode, method string
 	}{
-		{nil, true, "memory"},
-		{map[string]any{}, true, "memory"},
-		{map[string]any{"memory": true}, true, "memory"},
-		{map[string]any{"memory": false}, false, "filesystem"},
+		{nil, true, "full", "freeze"},
+		{map[string]any{}, true, "full", "freeze"},
+		{map[string]any{"memory": true}, true, "full", "freeze"},
+		{map[string]any{"memory": false}, false, "filesystem", "filesystem"},
 	} {
 		id := h.create(map[string]any{"timeout": 600})
 		if d := h.detail(id); d.PauseMode != nil || d.State != "running" {
@@ -67,7 +68,8 @@ func TestPauseModes(t *testing.T) {
 			t.Fatalf("body %v: KeepMemory = %v", tc.body, got.KeepMemory)
 		}
 		d := h.detail(id)
-		if d.State != "paused" || d.PauseMode == nil || *d.PauseMode != tc.mode {
+		if d.State != "paused" || d.PauseMode == nil || *d.PauseMode != tc.mode ||
+			d.PauseMethod == nil || *d.PauseMethod != tc.method {
 			t.Fatalf("body %v: paused detail = %+v", tc.body, d)
 		}
 		if h.timerArmed(id) {
@@ -78,7 +80,7 @@ func TestPauseModes(t *testing.T) {
 			t.Fatalf("connect paused: %d %s", r.status, r.body)
 		}
 		d = h.detail(id)
-		if d.State != "running" || d.PauseMode != nil || !h.timerArmed(id) {
+		if d.State != "running" || d.PauseMode != nil || d.PauseMethod != nil || !h.timerArmed(id) {
 			t.Fatalf("resumed detail = %+v, armed %v", d, h.timerArmed(id))
 		}
 		if until := time.Until(d.EndAt); until > 31*time.Second || until < 20*time.Second {
@@ -160,7 +162,7 @@ func TestAutoPauseMemory(t *testing.T) {
 	h := newHarness(t, Config{})
 	kept := h.create(map[string]any{"timeout": 1, "autoPause": true})
 	h.waitKilled(kept, 10*time.Second)
-	if d := h.detail(kept); d.State != "paused" || *d.PauseMode != "memory" {
+	if d := h.detail(kept); d.State != "paused" || *d.PauseMode != "full" {
 		t.Fatalf("autoPause default: %+v", d)
 	}
 	fs := h.create(map[string]any{"timeout": 1, "autoPause": true, "autoPauseMemory": false})
@@ -265,7 +267,7 @@ func TestRecoverPauseModes(t *testing.T) {
 	h.pause(fs, map[string]any{"memory": false})
 	h.stop()
 	h.start()
-	for id, mode := range map[string]string{mem: "memory", fs: "filesystem"} {
+	for id, mode := range map[string]string{mem: "full", fs: "filesystem"} {
 		if d := h.detail(id); d.State != "paused" || d.PauseMode == nil || *d.PauseMode != mode {
 			t.Fatalf("%s after restart = %+v", mode, d)
 		}

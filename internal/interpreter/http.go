@@ -20,9 +20,12 @@ type executeRequest struct {
 	EnvVars   map[string]string `json:"env_vars"`
 }
 
+// createContextRequest is the POST /contexts body (E2B wire §4.1); user is
+// Cubby's: the account the context's kernel runs as (default root).
 type createContextRequest struct {
 	Language *string `json:"language"`
 	Cwd      *string `json:"cwd"`
+	User     *string `json:"user"`
 }
 
 func deref(s *string) string {
@@ -33,18 +36,32 @@ func deref(s *string) string {
 }
 
 // Handler returns the service's HTTP API: POST /execute, GET and POST /contexts,
-// POST /contexts/{id}/restart, DELETE /contexts/{id} and GET /health.
+// POST /contexts/{id}/restart, DELETE /contexts/{id} and GET /health. The
+// /contexts routes answer once the default contexts exist (DefaultsCreated).
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /execute", s.handleExecute)
-	mux.HandleFunc("GET /contexts", s.handleList)
-	mux.HandleFunc("POST /contexts", s.handleCreate)
-	mux.HandleFunc("POST /contexts/{id}/restart", s.handleRestart)
-	mux.HandleFunc("DELETE /contexts/{id}", s.handleDelete)
+	mux.HandleFunc("GET /contexts", s.afterDefaults(s.handleList))
+	mux.HandleFunc("POST /contexts", s.afterDefaults(s.handleCreate))
+	mux.HandleFunc("POST /contexts/{id}/restart", s.afterDefaults(s.handleRestart))
+	mux.HandleFunc("DELETE /contexts/{id}", s.afterDefaults(s.handleDelete))
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, "OK")
 	})
 	return mux
+}
+
+// afterDefaults holds a request until the default contexts exist, so that they
+// are always listed and listed first (E2B's server creates them before it
+// serves). A client that goes away meanwhile gets nothing.
+func (s *Service) afterDefaults(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-s.created:
+			h(w, r)
+		case <-r.Context().Done():
+		}
+	}
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -267,7 +284,8 @@ func (s *Service) handleCreate(w http.ResponseWriter, r *http.Request) {
 		textError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	c, err := s.createContext(r.Context(), NormalizeLanguage(deref(req.Language)), deref(req.Cwd), s.sandboxEnv(r), false)
+	c, err := s.createContext(r.Context(), contextSpec{language: NormalizeLanguage(deref(req.Language)),
+		cwd: deref(req.Cwd), user: deref(req.User), env: s.sandboxEnv(r)})
 	if err != nil {
 		contextError(w, err)
 		return

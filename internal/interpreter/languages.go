@@ -17,13 +17,22 @@ import (
 var ErrUnknownLanguage = errors.New("unsupported language")
 
 // Normalised language names (E2B wire §4.1: case-insensitive and trimmed, "js" →
-// javascript, "ts" → typescript, "" → python).
+// javascript, "ts" → typescript, "" → python). JavaScript and TypeScript run on
+// Node.js, as on E2B; Deno is a language of its own.
 const (
 	LangPython     = "python"
 	LangJavaScript = "javascript"
 	LangTypeScript = "typescript"
 	LangR          = "r"
 	LangBash       = "bash"
+	LangJava       = "java"
+	LangDeno       = "deno"
+)
+
+// Kernelspec names the code-interpreter template installs for Node.js and Java.
+const (
+	nodeKernelSpec = "javascript"
+	javaKernelSpec = "java"
 )
 
 // NormalizeLanguage maps a request's language to its canonical name.
@@ -64,9 +73,10 @@ type backend struct {
 
 // resolveBackend finds how to run language (already normalised) on this host:
 // python → kernelspec python3/python; javascript and typescript → kernelspec
-// "deno" or a `deno` binary on path (`deno jupyter --kernel`, interrupted by
-// message, tcp); r → kernelspec "ir"; bash → native; any other name → the
-// kernelspec of that name. Errors wrap ErrUnknownLanguage.
+// "javascript" (Cubby's Node.js kernel, tcp); deno → kernelspec "deno" or a
+// `deno` binary on path (`deno jupyter --kernel`, interrupted by message, tcp);
+// java → kernelspec "java" (tcp); r → kernelspec "ir"; bash → native; any other
+// name → the kernelspec of that name. Errors wrap ErrUnknownLanguage.
 func resolveBackend(language string, specDirs []string, path string) (*backend, error) {
 	switch language {
 	case LangBash:
@@ -78,12 +88,24 @@ func resolveBackend(language string, specDirs []string, path string) (*backend, 
 		}
 		return &backend{language: language, spec: ks, python: true, env: pythonEnv}, nil
 	case LangJavaScript, LangTypeScript:
+		ks, err := firstSpec(specDirs, nodeKernelSpec)
+		if err != nil {
+			return nil, unknown(language, specDirs, "install Cubby's Node.js kernel (code-interpreter template)")
+		}
+		return &backend{language: language, spec: ks, tcp: true, env: nodeEnv}, nil
+	case LangDeno:
 		ks, err := denoSpec(specDirs, path)
 		if err != nil {
 			return nil, unknown(language, specDirs, "install Deno (deno jupyter)")
 		}
 		return &backend{language: language, spec: ks, tcp: true, settle: 25 * time.Millisecond, env: denoEnv,
 			extraEnv: []string{"NO_COLOR=1", "DENO_NO_UPDATE_CHECK=1"}}, nil
+	case LangJava:
+		ks, err := firstSpec(specDirs, javaKernelSpec)
+		if err != nil {
+			return nil, unknown(language, specDirs, "install a Java kernel (code-interpreter template)")
+		}
+		return &backend{language: language, spec: ks, tcp: true, env: javaEnv}, nil
 	case LangR:
 		ks, err := firstSpec(specDirs, "ir")
 		if err != nil {
@@ -198,6 +220,46 @@ var denoEnv = &envCode{
 	restore: "for (const [k, v] of Object.entries(globalThis.__cubbySavedEnv ?? {})) {\n" +
 		"  if (v === null) Deno.env.delete(k); else Deno.env.set(k, v);\n}\n" +
 		"delete globalThis.__cubbySavedEnv;",
+}
+
+// nodeEnv changes process.env of the Node.js session (child processes inherit it).
+var nodeEnv = &envCode{
+	set: func(v map[string]string) string {
+		return "Object.assign(process.env, " + lit(v) + ");"
+	},
+	save: func(v map[string]string) string {
+		return "globalThis.__cubbySavedEnv = {};\n" +
+			"for (const [k, v] of Object.entries(" + lit(v) + ")) {\n" +
+			"  globalThis.__cubbySavedEnv[k] = k in process.env ? process.env[k] : null;\n  process.env[k] = v;\n}"
+	},
+	restore: "for (const [k, v] of Object.entries(globalThis.__cubbySavedEnv || {})) {\n" +
+		"  if (v === null) delete process.env[k]; else process.env[k] = v;\n}\n" +
+		"delete globalThis.__cubbySavedEnv;",
+}
+
+// javaEnv sets Java system properties (System.getProperty), as E2B's Java
+// kernel does: a JVM cannot change its own environment. The sandbox env is also
+// the kernel's process environment (System.getenv) as of its start.
+var javaEnv = &envCode{
+	set: func(v map[string]string) string {
+		var b strings.Builder
+		for _, k := range sortedKeys(v) {
+			b.WriteString("System.setProperty(" + lit(k) + ", " + lit(v[k]) + ");\n")
+		}
+		return b.String()
+	},
+	save: func(v map[string]string) string {
+		var b strings.Builder
+		b.WriteString("java.util.Map<String, String> __cubbySavedEnv = new java.util.HashMap<>();\n")
+		for _, k := range sortedKeys(v) {
+			b.WriteString("__cubbySavedEnv.put(" + lit(k) + ", System.setProperty(" + lit(k) + ", " + lit(v[k]) + "));\n")
+		}
+		return b.String()
+	},
+	restore: "for (var __cubbyE : __cubbySavedEnv.entrySet()) {\n" +
+		"  if (__cubbyE.getValue() == null) System.clearProperty(__cubbyE.getKey());\n" +
+		"  else System.setProperty(__cubbyE.getKey(), __cubbyE.getValue());\n}\n" +
+		"__cubbySavedEnv.clear();",
 }
 
 // rList renders vars as an R list(name = "value", ...) call.

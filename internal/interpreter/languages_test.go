@@ -10,7 +10,7 @@ import (
 
 func TestNormalizeLanguage(t *testing.T) {
 	for in, want := range map[string]string{"": "python", " Python ": "python", "JS": "javascript",
-		"ts": "typescript", "R": "r", "bash": "bash", "julia-1.9": "julia-1.9"} {
+		"ts": "typescript", "R": "r", "bash": "bash", "Java": "java", "deno": "deno", "julia-1.9": "julia-1.9"} {
 		if got := NormalizeLanguage(in); got != want {
 			t.Errorf("NormalizeLanguage(%q) = %q, want %q", in, got, want)
 		}
@@ -37,36 +37,36 @@ func TestResultLineMapping(t *testing.T) {
 	}
 }
 
-// TestJavaScriptAndTypeScript needs Deno (host: npm i -g deno).
-func TestJavaScriptAndTypeScript(t *testing.T) {
+// TestDeno needs Deno (host: npm i -g deno); the "deno" language is its own.
+func TestDeno(t *testing.T) {
 	if _, err := exec.LookPath("deno"); err != nil {
 		t.Skip("deno not installed (npm i -g deno)")
 	}
 	cwd := t.TempDir()
 	_, base := newService(t, func(c *Config) {
-		c.DefaultLanguages = []string{LangJavaScript}
+		c.DefaultLanguages = []string{LangDeno}
 		c.Workdir = cwd
 	})
-	x := runCode(t, base, map[string]any{"language": "js", "code": "Deno.cwd()"})
+	x := runCode(t, base, map[string]any{"language": "deno", "code": "Deno.cwd()"})
 	if len(x.results) != 1 || x.results[0]["text"] != cwd || x.count != 1 {
-		t.Fatalf("js cwd: %v", x.lines)
+		t.Fatalf("deno cwd: %v", x.lines)
 	}
-	x = runCode(t, base, map[string]any{"language": "javascript", "code": "Deno.env.get('REQ')",
+	x = runCode(t, base, map[string]any{"language": "Deno", "code": "Deno.env.get('REQ')",
 		"env_vars": map[string]string{"REQ": "v\"1"}})
 	if len(x.results) != 1 || x.results[0]["text"] != `v\"1` && x.results[0]["text"] != `v"1` {
-		t.Fatalf("js env_vars: %v", x.lines)
+		t.Fatalf("deno env_vars: %v", x.lines)
 	}
-	x = runCode(t, base, map[string]any{"language": "js", "code": "String(Deno.env.get('REQ'))"})
+	x = runCode(t, base, map[string]any{"language": "deno", "code": "String(Deno.env.get('REQ'))"})
 	if len(x.results) != 1 || x.results[0]["text"] != "undefined" {
-		t.Fatalf("js env restore: %v", x.lines)
+		t.Fatalf("deno env restore: %v", x.lines)
 	}
-	x = runCode(t, base, map[string]any{"language": "ts", "code": "const n: number = 21; console.log('log'); n * 2"})
+	x = runCode(t, base, map[string]any{"language": "deno", "code": "const n: number = 21; console.log('log'); n * 2"})
 	if len(x.results) != 1 || x.results[0]["text"] != "42" || x.stdout != "log\n" {
-		t.Fatalf("ts: %v", x.lines)
+		t.Fatalf("deno typescript: %v", x.lines)
 	}
-	x = runCode(t, base, map[string]any{"language": "ts", "code": "throw new Error('bad')"})
+	x = runCode(t, base, map[string]any{"language": "deno", "code": "throw new Error('bad')"})
 	if x.err == nil {
-		t.Fatalf("ts error: %v", x.lines)
+		t.Fatalf("deno error: %v", x.lines)
 	}
 }
 

@@ -1,7 +1,9 @@
 // Package interpreter is the E2B-compatible code-interpreter service (port
-// 49999, E2B wire §4): code contexts backed by Jupyter kernels (Python, Deno for
-// JavaScript/TypeScript, R, any installed kernelspec) or a native persistent
-// bash, the POST /execute NDJSON stream and the /contexts API.
+// 49999, E2B wire §4): code contexts backed by Jupyter kernels (Python, Node.js
+// for JavaScript/TypeScript, Java, R, Deno, any installed kernelspec) or a
+// native persistent bash, the POST /execute NDJSON stream and the /contexts API.
+// As on E2B, the default contexts exist before the /contexts API answers and
+// kernels run as root unless a context names another user.
 package interpreter
 
 import (
@@ -33,12 +35,17 @@ import (
 // kernels (charts/DataFrames formatters shipped by the code-interpreter template).
 const DefaultPythonExtension = "cubby_display"
 
+// DefaultUser is the account kernels run as in a sandbox: root, as E2B runs its
+// Jupyter server (a sandbox's root is confined by the sandbox).
+const DefaultUser = "root"
+
 // Config configures a Service. Zero values take the defaults given per field.
 type Config struct {
 	// Env returns the sandbox-level environment variables (the agent's /init
 	// envVars); nil means none.
 	Env func() map[string]string
-	// User is the account kernels run as ("" = the service's own user).
+	// User is the account kernels run as unless a context names another
+	// ("" = the service's own user).
 	User string
 	// Workdir is the default context cwd ("" = the user's home).
 	Workdir string
@@ -114,6 +121,7 @@ type Context struct {
 type codeContext struct {
 	Context
 	seq     int
+	rank    int // position in the list: the default languages first (in Config.DefaultLanguages order), then the rest
 	eng     engine
 	sem     chan struct{}
 	deleted atomic.Bool
@@ -171,6 +179,8 @@ type Service struct {
 
 	defaultsDone chan struct{} // closed when StartDefaults has returned
 	defaultsOnce sync.Once
+	created      chan struct{} // closed once every default context is created (or failed)
+	createdOnce  sync.Once
 }
 
 // account is the user kernels run as.
@@ -230,7 +240,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, log: cfg.Log, acct: acct, specDirs: cfg.KernelSpecDirs,
 		contexts: map[string]*codeContext{}, defaults: map[string]*codeContext{},
-		creating: map[string]chan struct{}{}, defaultsDone: make(chan struct{})}
+		creating: map[string]chan struct{}{}, defaultsDone: make(chan struct{}), created: make(chan struct{})}
 	if !cfg.NoZygote {
 		s.fork = newForkServer(s.zygoteConfig, cfg.StartTimeout, cfg.Log)
 	}
@@ -263,7 +273,7 @@ func (s *Service) zygoteConfig(python string) zygote.Config {
 	}
 	env := s.sandboxEnv(nil)
 	c := zygote.Config{Python: python, Preload: early, Late: late, Exclude: exclude,
-		Env: s.kernelEnv(env, s.pythonEnv(env)), Dir: "/", Credential: s.acct.cred, RuntimeDir: s.cfg.RuntimeDir,
+		Env: kernelEnv(s.acct, s.kernelPath(env), env, s.pythonEnv(env)), Dir: "/", Credential: s.acct.cred, RuntimeDir: s.cfg.RuntimeDir,
 		Log: s.log.With("svc", "zygote")}
 	if s.cfg.KernelLogDir != "" {
 		c.LogPath = filepath.Join(s.cfg.KernelLogDir, "zygote.log")
@@ -274,11 +284,13 @@ func (s *Service) zygoteConfig(python string) zygote.Config {
 // StartDefaults creates the default context of every Config.DefaultLanguages
 // entry that is installed, so the first runCode does not pay for a kernel
 // start: Python first, then the other languages concurrently with the fork
-// server's late preload (all at once with Config.ParallelDefaults). It returns
-// once all are started (or failed), with the start errors of installed
-// languages.
+// server's late preload (all at once with Config.ParallelDefaults). The
+// /contexts API waits until every default context exists (E2B's server creates
+// them before it serves). It returns once all are started (or failed), with the
+// start errors of installed languages.
 func (s *Service) StartDefaults(ctx context.Context) error {
 	defer s.defaultsOnce.Do(func() { close(s.defaultsDone) })
+	defer s.markCreated()
 	t0 := time.Now()
 	langs := make([]string, len(s.cfg.DefaultLanguages))
 	for i, l := range s.cfg.DefaultLanguages {
@@ -296,7 +308,7 @@ func (s *Service) StartDefaults(ctx context.Context) error {
 		}
 		errs[i] = err
 	}
-	var wg sync.WaitGroup
+	var contexts, preload sync.WaitGroup
 	first := -1
 	if !s.cfg.ParallelDefaults {
 		first = slices.Index(langs, LangPython)
@@ -306,19 +318,28 @@ func (s *Service) StartDefaults(ctx context.Context) error {
 	}
 	for i := range langs {
 		if i != first {
-			wg.Go(func() { start(i) })
+			contexts.Go(func() { start(i) })
 		}
 	}
 	if s.fork != nil && !s.cfg.EagerPreload {
-		wg.Go(func() {
+		preload.Go(func() {
 			if s.fork.preloadLate(ctx) {
 				s.refork(ctx, LangPython)
 			}
 		})
 	}
-	wg.Wait()
+	contexts.Wait()
+	s.markCreated()
+	preload.Wait()
 	return errors.Join(errs...)
 }
+
+// markCreated opens the /contexts API: the default contexts exist (or failed).
+func (s *Service) markCreated() { s.createdOnce.Do(func() { close(s.created) }) }
+
+// DefaultsCreated returns a channel closed once every default context exists
+// (or failed to start); the /contexts API waits for it.
+func (s *Service) DefaultsCreated() <-chan struct{} { return s.created }
 
 // refork restarts the default context of language (Python) through the fork
 // server if nothing has run in it yet, so that its kernel shares the modules
@@ -350,6 +371,7 @@ func (s *Service) DefaultsStarted() <-chan struct{} { return s.defaultsDone }
 
 // Close kills every kernel and waits for background restarts. Idempotent.
 func (s *Service) Close() error {
+	s.markCreated()
 	s.mu.Lock()
 	s.closed = true
 	all := make([]*codeContext, 0, len(s.contexts))
@@ -406,7 +428,7 @@ func (s *Service) defaultContext(ctx context.Context, language string, env map[s
 			done := make(chan struct{})
 			s.creating[language] = done
 			s.mu.Unlock()
-			c, err := s.createContext(ctx, language, "", env, true)
+			c, err := s.createContext(ctx, contextSpec{language: language, env: env, isDefault: true})
 			s.mu.Lock()
 			delete(s.creating, language)
 			s.mu.Unlock()
@@ -422,13 +444,28 @@ func (s *Service) defaultContext(ctx context.Context, language string, env map[s
 	}
 }
 
-// createContext starts an engine for language in cwd ("" = Config.Workdir) and
-// registers it (as the language's default when isDefault).
-func (s *Service) createContext(ctx context.Context, language, cwd string, env map[string]string, isDefault bool) (*codeContext, error) {
-	b, err := resolveBackend(language, s.specDirs, s.kernelPath(env))
+// contextSpec is what a new context is made of.
+type contextSpec struct {
+	language  string            // normalised
+	cwd       string            // "" = Config.Workdir
+	user      string            // "" = Config.User
+	env       map[string]string // sandbox env
+	isDefault bool              // becomes the language's default context
+}
+
+// createContext starts an engine for sp and registers it.
+func (s *Service) createContext(ctx context.Context, sp contextSpec) (*codeContext, error) {
+	b, err := resolveBackend(sp.language, s.specDirs, s.kernelPath(sp.env))
 	if err != nil {
 		return nil, err
 	}
+	acct := s.acct
+	if sp.user != "" && sp.user != s.acct.name {
+		if acct, err = resolveAccount(sp.user); err != nil {
+			return nil, fmt.Errorf("%w: user %q: %w", errBadRequest, sp.user, err)
+		}
+	}
+	cwd := sp.cwd
 	if cwd == "" {
 		cwd = s.cfg.Workdir
 	}
@@ -438,14 +475,20 @@ func (s *Service) createContext(ctx context.Context, language, cwd string, env m
 	id := newContextID()
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.StartTimeout)
 	defer cancel()
-	eng, err := s.startEngine(ctx, b, id, cwd, env)
+	eng, err := s.startEngine(ctx, b, acct, id, cwd, sp.env)
 	if err != nil {
-		return nil, fmt.Errorf("start %s context: %w", language, err)
+		return nil, fmt.Errorf("start %s context: %w", sp.language, err)
 	}
 	if b.python && s.fork != nil {
 		s.fork.kernelStarted()
 	}
-	c := &codeContext{Context: Context{ID: id, Language: language, Cwd: cwd}, eng: eng, sem: make(chan struct{}, 1)}
+	c := &codeContext{Context: Context{ID: id, Language: sp.language, Cwd: cwd}, eng: eng, sem: make(chan struct{}, 1),
+		rank: len(s.cfg.DefaultLanguages)}
+	if sp.isDefault {
+		if i := slices.IndexFunc(s.cfg.DefaultLanguages, func(l string) bool { return NormalizeLanguage(l) == sp.language }); i >= 0 {
+			c.rank = i
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -455,8 +498,8 @@ func (s *Service) createContext(ctx context.Context, language, cwd string, env m
 	s.seq++
 	c.seq = s.seq
 	s.contexts[id] = c
-	if isDefault {
-		s.defaults[language] = c
+	if sp.isDefault {
+		s.defaults[sp.language] = c
 	}
 	return c, nil
 }
@@ -474,11 +517,11 @@ func (s *Service) kernelPath(env map[string]string) string {
 	return "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 }
 
-// kernelEnv builds a kernel's environment: login basics, the sandbox env, then
-// the backend's own entries.
-func (s *Service) kernelEnv(env map[string]string, extra []string) []string {
-	m := map[string]string{"PATH": s.kernelPath(env), "HOME": s.acct.home, "USER": s.acct.name,
-		"LOGNAME": s.acct.name, "SHELL": "/bin/bash", "LANG": "C.UTF-8"}
+// kernelEnv builds the environment of a kernel of acct: login basics (PATH
+// path), the sandbox env, then the backend's own entries.
+func kernelEnv(acct account, path string, env map[string]string, extra []string) []string {
+	m := map[string]string{"PATH": path, "HOME": acct.home, "USER": acct.name,
+		"LOGNAME": acct.name, "SHELL": "/bin/bash", "LANG": "C.UTF-8"}
 	maps.Copy(m, env)
 	for _, kv := range extra {
 		if k, v, ok := strings.Cut(kv, "="); ok {
@@ -492,14 +535,15 @@ func (s *Service) kernelEnv(env map[string]string, extra []string) []string {
 	return out
 }
 
-// startEngine launches the backend's kernel or bash for a new context.
-func (s *Service) startEngine(ctx context.Context, b *backend, id, cwd string, env map[string]string) (engine, error) {
+// startEngine launches the backend's kernel or bash for a new context of acct.
+func (s *Service) startEngine(ctx context.Context, b *backend, acct account, id, cwd string, env map[string]string) (engine, error) {
+	path := s.kernelPath(env)
 	if b.bash {
-		bin, err := lookPathIn("bash", s.kernelPath(env))
+		bin, err := lookPathIn("bash", path)
 		if err != nil {
 			return nil, err
 		}
-		e := &bashEngine{bin: bin, dir: cwd, env: s.kernelEnv(env, []string{"TERM=dumb"}), cred: s.acct.cred,
+		e := &bashEngine{bin: bin, dir: cwd, env: kernelEnv(acct, path, env, []string{"TERM=dumb"}), cred: acct.cred,
 			grace: s.cfg.InterruptGrace, log: s.log, spawnEnv: maps.Clone(env)}
 		if _, err := e.shell(ctx); err != nil {
 			return nil, err
@@ -516,7 +560,7 @@ func (s *Service) startEngine(ctx context.Context, b *backend, id, cwd string, e
 			launcher = s.fork
 		}
 	}
-	o := jupyter.Options{Dir: cwd, Env: s.kernelEnv(env, extra), Credential: s.acct.cred, ExtraArgs: args,
+	o := jupyter.Options{Dir: cwd, Env: kernelEnv(acct, path, env, extra), Credential: acct.cred, ExtraArgs: args,
 		RuntimeDir: s.cfg.RuntimeDir, InterruptGrace: s.cfg.InterruptGrace, SettleDelay: b.settle,
 		Launcher: launcher, OOM: s.oom, Log: s.log.With("context", id)}
 	if b.tcp {
@@ -557,7 +601,8 @@ func (s *Service) pythonArgs() []string {
 	return args
 }
 
-// list returns the live contexts in creation order.
+// list returns the live contexts: the default contexts of Config.DefaultLanguages
+// first, in that order, then the others in creation order.
 func (s *Service) list() []Context {
 	s.mu.Lock()
 	all := make([]*codeContext, 0, len(s.contexts))
@@ -565,7 +610,12 @@ func (s *Service) list() []Context {
 		all = append(all, c)
 	}
 	s.mu.Unlock()
-	sort.Slice(all, func(i, j int) bool { return all[i].seq < all[j].seq })
+	sort.Slice(all, func(i, j int) bool {
+		if all[i].rank != all[j].rank {
+			return all[i].rank < all[j].rank
+		}
+		return all[i].seq < all[j].seq
+	})
 	out := make([]Context, len(all))
 	for i, c := range all {
 		out[i] = c.Context

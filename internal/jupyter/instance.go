@@ -161,8 +161,12 @@ func (in *instance) cleanup() {
 	})
 }
 
-// connect dials shell (routing identity = session), control and iopub. Dialing
-// gives up when ctx ends or the process exits.
+// listenPoll is how often connect looks for a TCP kernel's listening ports.
+const listenPoll = 10 * time.Millisecond
+
+// connect dials shell (routing identity = session), control and iopub; for a
+// TCP kernel only once all five ports listen. Dialing gives up when ctx ends or
+// the process exits.
 func (in *instance) connect(ctx context.Context, dial Dialer) error {
 	dctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -174,6 +178,13 @@ func (in *instance) connect(ctx context.Context, dial Dialer) error {
 		}
 	}()
 	in.router = newRouter()
+	if in.conn.Transport == TCP {
+		c := in.conn
+		ports := []int{c.ShellPort, c.IOPubPort, c.StdinPort, c.ControlPort, c.HBPort}
+		if err := waitListening(dctx, ports, listenPoll, in.dead); err != nil {
+			return in.deadOr(err)
+		}
+	}
 	var err error
 	if in.iopub, err = dial(dctx, Sub, in.conn.Endpoint(in.conn.IOPubPort), nil); err != nil {
 		return in.deadOr(fmt.Errorf("iopub: %w", err))
@@ -256,8 +267,19 @@ func (in *instance) interrupt(mode string) error {
 	return nil
 }
 
+// handshakeState says what a handshake that did not finish was waiting for.
+func handshakeState(gotReply bool) string {
+	if gotReply {
+		return "kernel_info_reply received, waiting for a first iopub message"
+	}
+	return "waiting for kernel_info_reply"
+}
+
 // handshake sends kernel_info_request until a reply arrived and iopub delivered a
 // message (status or iopub_welcome), which defeats the PUB/SUB slow-joiner race.
+// Without a reply the request is repeated every resendBeforeReply: some kernels
+// (the Rapaio Java kernel) bind their sockets before they handle messages and
+// drop what arrives in between.
 func (in *instance) handshake(ctx context.Context) (KernelInfo, error) {
 	q := newQueue(0)
 	var ids []string
@@ -273,11 +295,10 @@ func (in *instance) handshake(ctx context.Context) (KernelInfo, error) {
 	}
 	var info KernelInfo
 	gotReply, gotIOPub := false, false
-	// Until the first reply the request is queued on the DEALER anyway; once a
-	// reply came without iopub traffic (the SUB joined too late), re-send soon.
-	tick := time.NewTicker(100 * time.Millisecond)
+	// Once a reply came without iopub traffic (the SUB joined too late), re-send soon.
+	const resendBeforeReply, resendAfterReply = time.Second, 10 * time.Millisecond
+	tick := time.NewTicker(resendBeforeReply)
 	defer tick.Stop()
-	const resendAfterReply = 10 * time.Millisecond
 	for {
 		select {
 		case <-q.notify:
@@ -299,15 +320,13 @@ func (in *instance) handshake(ctx context.Context) (KernelInfo, error) {
 				return info, nil
 			}
 		case <-tick.C:
-			if gotReply {
-				if err := request(); err != nil {
-					return info, err
-				}
+			if err := request(); err != nil {
+				return info, err
 			}
 		case <-in.dead:
-			return info, fmt.Errorf("waiting for kernel_info_reply: %w", in.stopErr())
+			return info, fmt.Errorf("%s: %w", handshakeState(gotReply), in.stopErr())
 		case <-ctx.Done():
-			return info, fmt.Errorf("waiting for kernel_info_reply: %w", ctx.Err())
+			return info, fmt.Errorf("%s: %w", handshakeState(gotReply), ctx.Err())
 		}
 	}
 }

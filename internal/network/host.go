@@ -13,7 +13,8 @@ import (
 
 const ipForwardPath = "/proc/sys/net/ipv4/ip_forward"
 
-// Setup prepares the host idempotently: the bridge exists with a fixed MAC and
+// Setup prepares the host idempotently, after Claim-ing the bridge and subnet
+// (errors wrap ErrBridgeInUse or ErrSubnetConflict): the bridge exists with a fixed MAC and
 // the gateway address (first host address of Subnet, with the subnet's prefix)
 // and is up (it never gets ports: sandboxes are routed, see the package doc);
 // net.ipv4.ip_forward is 1; the nftables table is (re)built atomically, keeping
@@ -23,6 +24,9 @@ const ipForwardPath = "/proc/sys/net/ipv4/ip_forward"
 // Errors name the step that failed.
 func (m *Manager) Setup(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := m.Claim(); err != nil {
 		return err
 	}
 	if err := m.ensureBridge(); err != nil {
@@ -77,8 +81,30 @@ func (m *Manager) ensureBridge() error {
 	if err := m.host.AddrReplace(br, gw); err != nil {
 		return fmt.Errorf("assign %s to bridge %s: %w", m.gateway, m.cfg.Bridge, err)
 	}
+	if err := m.dropStaleAddrs(br, gw); err != nil {
+		return err
+	}
 	if err := m.host.LinkSetUp(br); err != nil {
 		return fmt.Errorf("bring up bridge %s: %w", m.cfg.Bridge, err)
+	}
+	return nil
+}
+
+// dropStaleAddrs removes the IPv4 addresses of the bridge other than keep (left
+// by a stopped server that used another subnet; the bridge is claimed).
+func (m *Manager) dropStaleAddrs(br netlink.Link, keep *netlink.Addr) error {
+	addrs, err := m.host.AddrList(br, netlink.FAMILY_V4)
+	if err != nil {
+		return fmt.Errorf("list addresses of bridge %s: %w", m.cfg.Bridge, err)
+	}
+	for _, a := range addrs {
+		if a.IPNet.String() == keep.IPNet.String() {
+			continue
+		}
+		if err := m.host.AddrDel(br, &a); err != nil {
+			return fmt.Errorf("remove stale address %s from bridge %s: %w", a.IPNet, m.cfg.Bridge, err)
+		}
+		m.log.Info("removed stale bridge address", "addr", a.IPNet.String())
 	}
 	return nil
 }

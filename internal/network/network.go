@@ -51,6 +51,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -101,6 +102,9 @@ type Config struct {
 	// Prefix starts every netns file name (Prefix+id) and the host veth names,
 	// default "cubby-". It must not contain '/'.
 	Prefix string
+	// LockDir holds the bridge locks of running servers (Claim), default
+	// DefaultLockDir.
+	LockDir string
 }
 
 // Attachment describes the network of one attached sandbox.
@@ -130,6 +134,7 @@ type Manager struct {
 	noinet  map[string]bool // mirror of the nft set "noinet" (host link names); nil = unknown (before Setup)
 	ports   EgressPorts     // egress proxy ports on the gateway; zero = no steering rules
 	dirDone bool            // NetnsDir prepared as a shared mount point
+	lock    *os.File        // the bridge lock (Claim); nil until claimed
 }
 
 // sandbox is the Manager's record of one id; ready is false while Attach runs
@@ -165,9 +170,16 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 	}, nil
 }
 
-// Close releases the Manager's netlink socket. Host state is left as is.
+// Close releases the Manager's netlink socket and its bridge lock. Host state
+// is left as is.
 func (m *Manager) Close() error {
 	m.host.Close()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.lock != nil {
+		m.lock.Close()
+		m.lock = nil
+	}
 	return nil
 }
 
@@ -189,7 +201,10 @@ func normalize(cfg Config) (Config, error) {
 		cfg.Subnet = DefaultSubnet
 	}
 	if cfg.Table == "" {
-		cfg.Table = "cubby_" + cfg.Bridge
+		cfg.Table = tablePrefix + cfg.Bridge
+	}
+	if cfg.LockDir == "" {
+		cfg.LockDir = DefaultLockDir
 	}
 	if cfg.NetnsDir == "" {
 		cfg.NetnsDir = DefaultNetnsDir

@@ -209,8 +209,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	var ready atomic.Pointer[http.Handler]
 	var gw atomic.Pointer[gateway.Gateway]
+	// HTTP/1.1 and HTTP/2 without TLS (h2c, prior knowledge), for clients that
+	// speak HTTP/2 to a plain-text endpoint; a TLS front proxy negotiates h2 itself.
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
 	srv := &http.Server{
 		Handler:           rootHandler(&ready),
+		Protocols:         &protocols,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {

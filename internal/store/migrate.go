@@ -134,6 +134,16 @@ func migrations() []string {
 		finished_at INTEGER
 	);
 	CREATE INDEX template_builds_template ON template_builds (template_id, created_at);`,
+		// 9: Idempotency-Key of creates (scope = the caller, e.g. a hash of its API key).
+		`CREATE TABLE idempotency_keys (
+		scope       TEXT NOT NULL,
+		key         TEXT NOT NULL,
+		fingerprint BLOB NOT NULL,
+		sandbox_id  TEXT NOT NULL,
+		created_at  INTEGER NOT NULL,
+		PRIMARY KEY (scope, key)
+	);
+	CREATE INDEX idempotency_keys_created ON idempotency_keys (created_at);`,
 	}
 }
 

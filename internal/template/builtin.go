@@ -7,14 +7,17 @@ import (
 	"path"
 	"sort"
 
+	"github.com/cubby-dev/cubby/internal/interpreter/java"
+	"github.com/cubby-dev/cubby/internal/interpreter/node"
 	"github.com/cubby-dev/cubby/internal/interpreter/python"
 )
 
 // builtinSources are files a built-in installs that live with the code owning them
 // rather than in its directory: the code-interpreter template installs Cubby's
-// IPython extension straight from the package that embeds and tests it.
+// IPython extension and its Node.js and Java kernel launchers straight from the
+// packages that embed and test them.
 var builtinSources = map[string]fs.FS{
-	"code-interpreter": python.Files(),
+	"code-interpreter": unionFS{python.Files(), node.Files(), java.Files()},
 }
 
 // unionFS resolves a path in each file system in turn.

@@ -1,6 +1,7 @@
 package files
 
 import (
+	"bytes"
 	"compress/gzip"
 	"errors"
 	"fmt"
@@ -17,10 +18,12 @@ import (
 	"github.com/cubby-dev/cubby/internal/agent/users"
 )
 
-// download serves GET /files (E2B wire §3.4): 200 with the bytes through
-// http.ServeContent (ranges, conditional requests, type by extension), or gzipped
-// when the client accepts gzip; Content-Disposition "inline; filename=<base>" and
-// Vary: Accept-Encoding. Missing → 404, directory or special file → 400, no
+// download serves GET /files (E2B wire §3.4): gzipped whenever the client
+// accepts gzip and asks for no range (as E2B's envd does), else the bytes through
+// http.ServeContent (ranges, conditional requests, type by extension); a file
+// whose size stat reports as 0 although it has content (procfs, sysfs) is
+// streamed as read. Content-Disposition "inline; filename=<base>" and Vary:
+// Accept-Encoding. Missing → 404, directory or special file → 400, no
 // acceptable encoding → 406.
 func (h *Handler) download(w http.ResponseWriter, r *http.Request, u *users.User) {
 	p := u.Resolve(r.URL.Query().Get("path"), h.settings.Workdir())
@@ -46,16 +49,49 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request, u *users.User
 	hdr := w.Header()
 	hdr.Add("Vary", "Accept-Encoding")
 	hdr.Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": filepath.Base(p)}))
-	enc, ok := negotiate(r.Header.Get("Accept-Encoding"), fi.Size() > 0 && r.Header.Get("Range") == "")
+	enc, ok := negotiate(r.Header.Get("Accept-Encoding"), r.Header.Get("Range") == "")
 	if !ok {
 		writeError(w, http.StatusNotAcceptable, "no acceptable content encoding (identity or gzip)")
 		return
 	}
-	if enc != "gzip" {
+	switch {
+	case enc == "gzip":
+		h.serveGzip(w, r, f, fi)
+	case fi.Size() == 0:
+		h.serveUnsized(w, r, f, fi)
+	default:
 		http.ServeContent(w, r, filepath.Base(p), fi.ModTime(), f)
+	}
+}
+
+// serveUnsized serves a file whose stat size is 0: an empty file as
+// ServeContent would (Content-Length: 0), a virtual file (procfs, sysfs) by
+// streaming what reading it gives, without Content-Length or ranges.
+func (h *Handler) serveUnsized(w http.ResponseWriter, r *http.Request, f *os.File, fi fs.FileInfo) {
+	head := make([]byte, 512)
+	n, err := f.Read(head)
+	if n == 0 {
+		if err != nil && err != io.EOF {
+			writeError(w, http.StatusInternalServerError, fmt.Sprintf("read '%s': %v", f.Name(), err))
+			return
+		}
+		http.ServeContent(w, r, filepath.Base(f.Name()), fi.ModTime(), f)
 		return
 	}
-	h.serveGzip(w, r, f, fi)
+	hdr := w.Header()
+	ctype := mime.TypeByExtension(filepath.Ext(fi.Name()))
+	if ctype == "" {
+		ctype = http.DetectContentType(head[:n])
+	}
+	hdr.Set("Content-Type", ctype)
+	hdr.Set("Last-Modified", fi.ModTime().UTC().Format(http.TimeFormat))
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return
+	}
+	if _, err := io.Copy(w, io.MultiReader(bytes.NewReader(head[:n]), f)); err != nil {
+		h.log.Warn("send file", "path", f.Name(), "err", err)
+	}
 }
 
 // openError maps an open failure to the REST error of §3.4.
@@ -70,18 +106,21 @@ func (h *Handler) openError(w http.ResponseWriter, p string, err error) {
 	}
 }
 
-// serveGzip sends f gzip-compressed (no Content-Length, no ranges).
+// serveGzip sends f gzip-compressed (no Content-Length, no ranges). It reads f
+// once from the start without seeking, so virtual files (procfs) work too.
 func (h *Handler) serveGzip(w http.ResponseWriter, r *http.Request, f *os.File, fi fs.FileInfo) {
 	hdr := w.Header()
+	var src io.Reader = f
 	ctype := mime.TypeByExtension(filepath.Ext(fi.Name()))
 	if ctype == "" {
 		head := make([]byte, 512)
-		n, _ := io.ReadFull(f, head)
-		ctype = http.DetectContentType(head[:n])
-		if _, err := f.Seek(0, io.SeekStart); err != nil {
-			writeError(w, http.StatusInternalServerError, fmt.Sprintf("seek: %v", err))
+		n, err := io.ReadFull(f, head)
+		if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+			writeError(w, http.StatusInternalServerError, fmt.Sprintf("read '%s': %v", f.Name(), err))
 			return
 		}
+		ctype = http.DetectContentType(head[:n])
+		src = io.MultiReader(bytes.NewReader(head[:n]), f)
 	}
 	hdr.Set("Content-Type", ctype)
 	hdr.Set("Content-Encoding", "gzip")
@@ -91,7 +130,7 @@ func (h *Handler) serveGzip(w http.ResponseWriter, r *http.Request, f *os.File, 
 		return
 	}
 	zw := gzip.NewWriter(w)
-	if _, err := io.Copy(zw, f); err != nil {
+	if _, err := io.Copy(zw, src); err != nil {
 		h.log.Warn("send file", "path", f.Name(), "err", err)
 		return
 	}

@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -263,6 +264,44 @@ func TestMetadataRoundTrip(t *testing.T) {
 	}
 }
 
+// gunzip returns the content of a gzip body.
+func gunzip(t *testing.T, body []byte) string {
+	t.Helper()
+	zr, err := gzip.NewReader(bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("gunzip: %v", err)
+	}
+	plain, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatalf("gunzip: %v", err)
+	}
+	return string(plain)
+}
+
+// TestDownloadVirtualFiles reads procfs files, whose stat size is 0: their
+// content comes back gzipped when the client accepts gzip (as from E2B's envd)
+// and as read otherwise.
+func TestDownloadVirtualFiles(t *testing.T) {
+	e := newEnv(t, "")
+	for _, p := range []string{"/proc/version", "/proc/sys/kernel/random/boot_id", "/proc/self/limits"} {
+		want, err := os.ReadFile(p)
+		if err != nil || len(want) == 0 {
+			t.Fatalf("read %s: %v", p, err)
+		}
+		r := e.get(t, e.filesURL("path", p), "Accept-Encoding", "gzip")
+		if r.status != http.StatusOK || r.header.Get("Content-Encoding") != "gzip" {
+			t.Fatalf("%s, gzip: %d %v %s", p, r.status, r.header, r.body)
+		}
+		if got := gunzip(t, r.body); len(got) == 0 || (p != "/proc/self/limits" && got != string(want)) {
+			t.Errorf("%s, gzip: got %q, want %q", p, got, want)
+		}
+		r = e.get(t, e.filesURL("path", p))
+		if r.status != http.StatusOK || len(r.body) == 0 || (p != "/proc/self/limits" && string(r.body) != string(want)) {
+			t.Errorf("%s: %d %v %q, want %q", p, r.status, r.header, r.body, want)
+		}
+	}
+}
+
 func TestDownload(t *testing.T) {
 	e := newEnv(t, "")
 	f := filepath.Join(e.dir, "hello world.txt")
@@ -288,9 +327,13 @@ func TestDownload(t *testing.T) {
 	if plain, _ := io.ReadAll(zr); string(plain) != content {
 		t.Fatal("gunzipped content mismatch")
 	}
-	r = e.get(t, e.filesURL("path", empty), "Accept-Encoding", "gzip, deflate")
+	r = e.get(t, e.filesURL("path", empty))
 	if r.status != http.StatusOK || r.header.Get("Content-Length") != "0" || len(r.body) != 0 {
 		t.Fatalf("empty file: %d %v %q", r.status, r.header, r.body)
+	}
+	r = e.get(t, e.filesURL("path", empty), "Accept-Encoding", "gzip, deflate")
+	if r.status != http.StatusOK || r.header.Get("Content-Encoding") != "gzip" || gunzip(t, r.body) != "" {
+		t.Fatalf("empty file, gzip: %d %v %q", r.status, r.header, r.body)
 	}
 	r = e.get(t, e.filesURL("path", f), "Range", "bytes=0-4")
 	if r.status != http.StatusPartialContent || string(r.body) != "hello" {
@@ -403,8 +446,9 @@ func TestNegotiate(t *testing.T) {
 	}
 }
 
-// TestUploadWatchEvents checks that a watcher sees an upload as a direct write:
-// CREATE+WRITE for a new file, WRITE over an existing one, never the temporary.
+// TestUploadWatchEvents checks that a watcher sees an upload as E2B's envd
+// reports it: exactly CREATE, CHMOD, WRITE for a new file and CHMOD, WRITE over
+// an existing one, never the temporary.
 func TestUploadWatchEvents(t *testing.T) {
 	e := newEnv(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -417,11 +461,13 @@ func TestUploadWatchEvents(t *testing.T) {
 	if !stream.Receive() || stream.Msg().GetStart() == nil {
 		t.Fatalf("no start: %v", stream.Err())
 	}
-	await := func(want ...string) {
+	// events returns the events up to and including the WRITE of last.
+	events := func(last string) []string {
 		t.Helper()
-		for len(want) > 0 {
+		var got []string
+		for {
 			if !stream.Receive() {
-				t.Fatalf("stream ended: %v", stream.Err())
+				t.Fatalf("stream ended after %v: %v", got, stream.Err())
 			}
 			ev := stream.Msg().GetFilesystem()
 			if ev == nil {
@@ -430,19 +476,28 @@ func TestUploadWatchEvents(t *testing.T) {
 			if strings.Contains(ev.GetName(), ".cubby-upload") {
 				t.Fatalf("temporary file reported: %v", ev)
 			}
-			if got := ev.GetType().String() + " " + ev.GetName(); got == want[0] {
-				want = want[1:]
+			got = append(got, ev.GetType().String()+" "+ev.GetName())
+			if got[len(got)-1] == "EVENT_TYPE_WRITE "+last {
+				return got
 			}
 		}
 	}
+	if err := os.Mkdir(filepath.Join(e.dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if !stream.Receive() || stream.Msg().GetFilesystem().GetName() != "sub" {
+		t.Fatalf("no CREATE sub: %v %v", stream.Msg(), stream.Err())
+	}
 	dest := filepath.Join(e.dir, "sub", "w.txt")
 	for _, want := range [][]string{
-		{"EVENT_TYPE_CREATE sub", "EVENT_TYPE_CREATE sub/w.txt", "EVENT_TYPE_WRITE sub/w.txt"},
-		{"EVENT_TYPE_WRITE sub/w.txt"},
+		{"EVENT_TYPE_CREATE sub/w.txt", "EVENT_TYPE_CHMOD sub/w.txt", "EVENT_TYPE_WRITE sub/w.txt"},
+		{"EVENT_TYPE_CHMOD sub/w.txt", "EVENT_TYPE_WRITE sub/w.txt"},
 	} {
 		if r := e.post(t, e.filesURL("path", dest), "application/octet-stream", strings.NewReader("data")); r.status != http.StatusOK {
 			t.Fatalf("upload: %d %s", r.status, r.body)
 		}
-		await(want...)
+		if got := events("sub/w.txt"); !slices.Equal(got, want) {
+			t.Errorf("upload events = %v, want %v", got, want)
+		}
 	}
 }

@@ -122,9 +122,9 @@ func (w *dirWatcher) run() {
 // watching a directory that was just created. It reports false once stopped.
 //
 // /files uploads write a temporary file and rename it over the destination. The
-// temporary file's events are hidden and its arrival is reported as a direct
-// write would be (E2B wire §3.3: files.write over an existing file gives WRITE):
-// WRITE when replacing a file, CREATE then WRITE for a new one.
+// temporary file's events are hidden and its arrival is reported as E2B's envd
+// reports an upload, which creates the file, sets its owner and writes it:
+// CREATE, CHMOD, WRITE for a new file; CHMOD, WRITE when replacing one.
 func (w *dirWatcher) handle(ev fsnotify.Event) bool {
 	if temp, replacing := entry.UploadTemp(filepath.Base(ev.Name)); temp {
 		if ev.Has(fsnotify.Rename) {
@@ -136,6 +136,7 @@ func (w *dirWatcher) handle(ev fsnotify.Event) bool {
 		w.pending = nil
 		if ev.Has(fsnotify.Create) && filepath.Dir(ev.Name) == up.dir {
 			return (up.replacing || w.emit(ev.Name, pb.EventType_EVENT_TYPE_CREATE)) &&
+				w.emit(ev.Name, pb.EventType_EVENT_TYPE_CHMOD) &&
 				w.emit(ev.Name, pb.EventType_EVENT_TYPE_WRITE)
 		}
 	}

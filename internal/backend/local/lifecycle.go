@@ -12,10 +12,12 @@ import (
 
 	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/backend"
+	"github.com/cubby-dev/cubby/internal/bootid"
 	"github.com/cubby-dev/cubby/internal/cgroups"
 	"github.com/cubby-dev/cubby/internal/rootfs"
 	"github.com/cubby-dev/cubby/internal/runtime"
 	"github.com/cubby-dev/cubby/internal/runtime/oci"
+	"github.com/cubby-dev/cubby/internal/runtime/runc"
 )
 
 // agentPath is where the agent binary appears inside every sandbox.
@@ -71,6 +73,9 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (inst b
 	}
 	undo.push(func() { _ = b.rootfs.Release(cleanupCtx, b.disk(s)) })
 	if err := b.writeBundle(req, s, rt, rootPath, netnsPath); err != nil {
+		return backend.Instance{}, err
+	}
+	if err := b.newBootID(s); err != nil {
 		return backend.Instance{}, err
 	}
 	if err := b.saveState(s); err != nil {
@@ -209,6 +214,10 @@ func (b *Backend) writeBundle(req backend.CreateRequest, s *sandbox, rt runtime.
 		mounts = append(mounts, specs.Mount{Destination: dst, Type: "bind", Source: src, Options: []string{"bind", "ro"}})
 	}
 	mounts = append(mounts, b.volumeMounts(s)...)
+	var hooks *specs.Hooks
+	if s.Runtime == runc.Name {
+		hooks = &specs.Hooks{CreateContainer: []specs.Hook{bootid.Hook(b.cfg.AgentBinary, b.bootIDFile(s.ID))}}
+	}
 	spec, err := oci.Build(oci.Options{
 		ID:          req.SandboxID,
 		RootfsDir:   rootPath,
@@ -223,12 +232,32 @@ func (b *Backend) writeBundle(req backend.CreateRequest, s *sandbox, rt runtime.
 		PidsLimit:   b.cfg.PidsLimit,
 		Mounts:      mounts,
 		UserNS:      b.userNS(s, rt),
+		Hooks:       hooks,
 	})
 	if err != nil {
 		return fmt.Errorf("build OCI spec: %w", err)
 	}
 	if err := oci.WriteBundle(b.bundleDir(s.ID), spec); err != nil {
 		return fmt.Errorf("write bundle: %w", err)
+	}
+	return nil
+}
+
+// bootIDFile is the per-sandbox file the boot ID hook binds over the boot_id
+// of a runc sandbox.
+func (b *Backend) bootIDFile(id string) string {
+	return filepath.Join(b.sandboxDir(id), "boot_id")
+}
+
+// newBootID gives the next start of a runc sandbox a fresh boot ID (runc
+// containers see the host's procfs boot ID unless the bundle's hook binds the
+// sandbox's own); a gVisor kernel makes its own on every boot.
+func (b *Backend) newBootID(s *sandbox) error {
+	if s.Runtime != runc.Name {
+		return nil
+	}
+	if _, err := bootid.Write(b.bootIDFile(s.ID)); err != nil {
+		return fmt.Errorf("sandbox %s: %w", s.ID, err)
 	}
 	return nil
 }

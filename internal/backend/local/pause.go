@@ -236,6 +236,9 @@ func (b *Backend) restart(ctx context.Context, s *sandbox, rt runtime.Runtime) (
 			b.unwindStart(ctx, s, rt)
 		}
 	}()
+	if err := b.newBootID(s); err != nil {
+		return err
+	}
 	if err := b.startContainer(ctx, s, rt); err != nil {
 		return err
 	}

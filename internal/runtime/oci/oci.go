@@ -49,6 +49,7 @@ type Options struct {
 	PidsLimit   int64         // maximum number of tasks; 0 = unlimited
 	NoFile      uint64        // RLIMIT_NOFILE; 0 = min(DefaultNoFile, NoFileCeiling())
 	Mounts      []specs.Mount // extra mounts appended after the defaults (binds of agent, /etc/hosts, ...)
+	Hooks       *specs.Hooks  // OCI hooks (e.g. createContainer); nil = none
 	UserNS      *UserNS       // user namespace of the sandbox; nil = none (uid 0 inside is host root)
 }
 
@@ -89,6 +90,7 @@ func Build(o Options) (*specs.Spec, error) {
 		Process:  process(o),
 		Hostname: hostname,
 		Mounts:   append(defaultMounts(), o.Mounts...),
+		Hooks:    o.Hooks,
 		Linux: &specs.Linux{
 			CgroupsPath:   o.CgroupsPath,
 			Namespaces:    namespaces(o.NetNSPath, o.UserNS),

@@ -42,13 +42,16 @@ func New(binary, stateRoot string, log *slog.Logger) *Runtime {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	cli := ocicli.CLI{Name: "runc", Binary: binary, Flags: []string{"--root", stateRoot},
+	cli := ocicli.CLI{Name: Name, Binary: binary, Flags: []string{"--root", stateRoot},
 		RunFlags: []string{"--log-format", "json"}, NotFound: "does not exist"}
 	return &Runtime{cli: cli, root: stateRoot, log: log}
 }
 
+// Name is the runtime's name, as Runtime.Name reports it.
+const Name = "runc"
+
 // Name returns "runc".
-func (r *Runtime) Name() string { return "runc" }
+func (r *Runtime) Name() string { return Name }
 
 // State parses `runc state id`. Unknown IDs return an error wrapping runtime.ErrNotFound.
 func (r *Runtime) State(ctx context.Context, id string) (runtime.State, error) {

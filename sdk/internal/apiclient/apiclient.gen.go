@@ -17,6 +17,27 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for CubbyPauseMethod.
+const (
+	CubbyPauseMethodCheckpoint CubbyPauseMethod = "checkpoint"
+	CubbyPauseMethodFilesystem CubbyPauseMethod = "filesystem"
+	CubbyPauseMethodFreeze     CubbyPauseMethod = "freeze"
+)
+
+// Valid indicates whether the value is a known member of the CubbyPauseMethod enum.
+func (e CubbyPauseMethod) Valid() bool {
+	switch e {
+	case CubbyPauseMethodCheckpoint:
+		return true
+	case CubbyPauseMethodFilesystem:
+		return true
+	case CubbyPauseMethodFreeze:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SandboxLifecycleOnTimeout.
 const (
 	Kill  SandboxLifecycleOnTimeout = "kill"
@@ -61,19 +82,16 @@ func (e SandboxLogEntryLevel) Valid() bool {
 
 // Defines values for SandboxPauseMode.
 const (
-	Checkpoint SandboxPauseMode = "checkpoint"
-	Filesystem SandboxPauseMode = "filesystem"
-	Memory     SandboxPauseMode = "memory"
+	SandboxPauseModeFilesystem SandboxPauseMode = "filesystem"
+	SandboxPauseModeFull       SandboxPauseMode = "full"
 )
 
 // Valid indicates whether the value is a known member of the SandboxPauseMode enum.
 func (e SandboxPauseMode) Valid() bool {
 	switch e {
-	case Checkpoint:
+	case SandboxPauseModeFilesystem:
 		return true
-	case Filesystem:
-		return true
-	case Memory:
+	case SandboxPauseModeFull:
 		return true
 	default:
 		return false
@@ -196,14 +214,20 @@ type ConnectSandbox struct {
 	Timeout *int32 `json:"timeout,omitempty"`
 }
 
+// CubbyPauseMethod Cubby extension (absent while running; SDKs ignore it): how the pause was done. "freeze" = processes frozen in RAM (runc cgroup freezer, pauseMode full); "checkpoint" = processes and memory saved to disk, RAM freed (gVisor, pauseMode full); "filesystem" = processes stopped, RAM freed (pauseMode filesystem).
+type CubbyPauseMethod string
+
 // EnvVars defines model for EnvVars.
 type EnvVars map[string]string
 
 // Error defines model for Error.
 type Error struct {
 	// Code The HTTP status code.
-	Code    int32  `json:"code"`
-	Message string `json:"message"`
+	Code int32 `json:"code"`
+
+	// ErrorCode Machine-readable reason where E2B defines one (e.g. idempotency_request_mismatch).
+	ErrorCode *string `json:"error_code,omitempty"`
+	Message   string  `json:"message"`
 }
 
 // ListedSandbox defines model for ListedSandbox.
@@ -248,7 +272,7 @@ type NewSandbox struct {
 	// TemplateID Template ID or alias; default the server's default template.
 	TemplateID *string `json:"templateID,omitempty"`
 
-	// Timeout Seconds until the sandbox is killed; default 300.
+	// Timeout Seconds until the sandbox is killed; default 300 (v1 create, 15).
 	Timeout      *int32                `json:"timeout,omitempty"`
 	VolumeMounts *[]SandboxVolumeMount `json:"volumeMounts,omitempty"`
 }
@@ -275,7 +299,7 @@ type NewSandboxV2 struct {
 	// TemplateID Template ID or alias; default the server's default template.
 	TemplateID *string `json:"templateID,omitempty"`
 
-	// Timeout Seconds until the sandbox is killed; default 300.
+	// Timeout Seconds until the sandbox is killed; default 300 (v1 create, 15).
 	Timeout      *int32                `json:"timeout,omitempty"`
 	VolumeMounts *[]SandboxVolumeMount `json:"volumeMounts,omitempty"`
 }
@@ -317,21 +341,24 @@ type SandboxAutoResumeConfig struct {
 
 // SandboxDetail defines model for SandboxDetail.
 type SandboxDetail struct {
-	Alias               *string               `json:"alias,omitempty"`
-	AllowInternetAccess *bool                 `json:"allowInternetAccess,omitempty"`
-	ClientID            string                `json:"clientID"`
-	CpuCount            int32                 `json:"cpuCount"`
-	DiskSizeMB          int32                 `json:"diskSizeMB"`
-	Domain              *string               `json:"domain"`
-	EndAt               time.Time             `json:"endAt"`
-	EnvdAccessToken     *string               `json:"envdAccessToken,omitempty"`
-	EnvdVersion         string                `json:"envdVersion"`
-	Lifecycle           *SandboxLifecycle     `json:"lifecycle,omitempty"`
-	MemoryMB            int32                 `json:"memoryMB"`
-	Metadata            *SandboxMetadata      `json:"metadata,omitempty"`
-	Network             *SandboxNetworkConfig `json:"network,omitempty"`
+	Alias               *string `json:"alias,omitempty"`
+	AllowInternetAccess *bool   `json:"allowInternetAccess,omitempty"`
+	ClientID            string  `json:"clientID"`
+	CpuCount            int32   `json:"cpuCount"`
 
-	// PauseMode Cubby extension (absent while running; SDKs ignore it): what a paused sandbox kept. "memory" = processes frozen in RAM (runc cgroup freezer); "checkpoint" = processes and memory saved to disk, RAM freed, resume restores them (gVisor); "filesystem" = processes stopped, RAM freed, disk and address kept, resume starts the sandbox again with its files but without its processes (pause body {"memory": false}).
+	// CubbyPauseMethod Cubby extension (absent while running; SDKs ignore it): how the pause was done. "freeze" = processes frozen in RAM (runc cgroup freezer, pauseMode full); "checkpoint" = processes and memory saved to disk, RAM freed (gVisor, pauseMode full); "filesystem" = processes stopped, RAM freed (pauseMode filesystem).
+	CubbyPauseMethod *CubbyPauseMethod     `json:"cubbyPauseMethod,omitempty"`
+	DiskSizeMB       int32                 `json:"diskSizeMB"`
+	Domain           *string               `json:"domain"`
+	EndAt            time.Time             `json:"endAt"`
+	EnvdAccessToken  *string               `json:"envdAccessToken,omitempty"`
+	EnvdVersion      string                `json:"envdVersion"`
+	Lifecycle        *SandboxLifecycle     `json:"lifecycle,omitempty"`
+	MemoryMB         int32                 `json:"memoryMB"`
+	Metadata         *SandboxMetadata      `json:"metadata,omitempty"`
+	Network          *SandboxNetworkConfig `json:"network,omitempty"`
+
+	// PauseMode What the sandbox's latest pause saved (absent while running): "full" kept the processes and their memory, resume continues where they were; "filesystem" kept only the disk (and address), resume boots the sandbox again from its files (pause body {"memory": false}).
 	PauseMode    *SandboxPauseMode     `json:"pauseMode,omitempty"`
 	SandboxID    string                `json:"sandboxID"`
 	StartedAt    time.Time             `json:"startedAt"`
@@ -437,7 +464,7 @@ type SandboxNetworkUpdateConfig struct {
 	Rules               *map[string][]SandboxNetworkRule `json:"rules,omitempty"`
 }
 
-// SandboxPauseMode Cubby extension (absent while running; SDKs ignore it): what a paused sandbox kept. "memory" = processes frozen in RAM (runc cgroup freezer); "checkpoint" = processes and memory saved to disk, RAM freed, resume restores them (gVisor); "filesystem" = processes stopped, RAM freed, disk and address kept, resume starts the sandbox again with its files but without its processes (pause body {"memory": false}).
+// SandboxPauseMode What the sandbox's latest pause saved (absent while running): "full" kept the processes and their memory, resume continues where they were; "filesystem" kept only the disk (and address), resume boots the sandbox again from its files (pause body {"memory": false}).
 type SandboxPauseMode string
 
 // SandboxState defines model for SandboxState.
@@ -553,6 +580,9 @@ type TemplateBuildReason struct {
 // TemplateBuildStatus defines model for TemplateBuildStatus.
 type TemplateBuildStatus string
 
+// IdempotencyKey defines model for idempotencyKey.
+type IdempotencyKey = string
+
 // MetadataFilter defines model for metadataFilter.
 type MetadataFilter = string
 
@@ -586,6 +616,16 @@ type ListSandboxesParams struct {
 	// URL-encoded, the pairs are joined as a query string and the result is
 	// URL-encoded again as one parameter (E2B wire §2.4).
 	Metadata *MetadataFilter `form:"metadata,omitempty" json:"metadata,omitempty"`
+}
+
+// CreateSandboxParams defines parameters for CreateSandbox.
+type CreateSandboxParams struct {
+	// IdempotencyKey 1–255 lowercase letters, digits and hyphens. A create repeated with the same key
+	// (per API key, within 24 hours) answers with the sandbox the first one created,
+	// never a second sandbox; while the first is still being created the repeat waits
+	// for it. The same key with a different body is a 409 (error_code
+	// idempotency_request_mismatch).
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
 // GetSandboxLogsParams defines parameters for GetSandboxLogs.
@@ -658,6 +698,16 @@ type ListSandboxesV2Params struct {
 
 // ListSandboxesV2ParamsOrder defines parameters for ListSandboxesV2.
 type ListSandboxesV2ParamsOrder string
+
+// CreateSandboxV2Params defines parameters for CreateSandboxV2.
+type CreateSandboxV2Params struct {
+	// IdempotencyKey 1–255 lowercase letters, digits and hyphens. A create repeated with the same key
+	// (per API key, within 24 hours) answers with the sandbox the first one created,
+	// never a second sandbox; while the first is still being created the repeat waits
+	// for it. The same key with a different body is a 409 (error_code
+	// idempotency_request_mismatch).
+	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
+}
 
 // CreateSandboxJSONRequestBody defines body for CreateSandbox for application/json ContentType.
 type CreateSandboxJSONRequestBody = NewSandbox
@@ -770,14 +820,14 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /sandboxes (the `CreateSandbox` operationId).
-	CreateSandboxWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateSandboxWithBody(ctx context.Context, params *CreateSandboxParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CreateSandbox Create a sandbox (v1; secured only when `secure` is true).
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /sandboxes (the `CreateSandbox` operationId).
-	CreateSandbox(ctx context.Context, body CreateSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateSandbox(ctx context.Context, params *CreateSandboxParams, body CreateSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// KillSandbox Kill a sandbox.
 	//
@@ -926,14 +976,14 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v2/sandboxes (the `CreateSandboxV2` operationId).
-	CreateSandboxV2WithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateSandboxV2WithBody(ctx context.Context, params *CreateSandboxV2Params, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CreateSandboxV2 Create a sandbox (v2; always secured).
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v2/sandboxes (the `CreateSandboxV2` operationId).
-	CreateSandboxV2(ctx context.Context, body CreateSandboxV2JSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateSandboxV2(ctx context.Context, params *CreateSandboxV2Params, body CreateSandboxV2JSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ConnectSandboxV2WithBody Same as /sandboxes/{sandboxID}/connect (v2 path used by the JS SDK).
 	//
@@ -970,8 +1020,8 @@ func (c *Client) ListSandboxes(ctx context.Context, params *ListSandboxesParams,
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /sandboxes (the `CreateSandbox` operationId).
-func (c *Client) CreateSandboxWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateSandboxRequestWithBody(c.Server, contentType, body)
+func (c *Client) CreateSandboxWithBody(ctx context.Context, params *CreateSandboxParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateSandboxRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -987,8 +1037,8 @@ func (c *Client) CreateSandboxWithBody(ctx context.Context, contentType string, 
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /sandboxes (the `CreateSandbox` operationId).
-func (c *Client) CreateSandbox(ctx context.Context, body CreateSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateSandboxRequest(c.Server, body)
+func (c *Client) CreateSandbox(ctx context.Context, params *CreateSandboxParams, body CreateSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateSandboxRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1366,8 +1416,8 @@ func (c *Client) ListSandboxesV2(ctx context.Context, params *ListSandboxesV2Par
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v2/sandboxes (the `CreateSandboxV2` operationId).
-func (c *Client) CreateSandboxV2WithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateSandboxV2RequestWithBody(c.Server, contentType, body)
+func (c *Client) CreateSandboxV2WithBody(ctx context.Context, params *CreateSandboxV2Params, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateSandboxV2RequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1383,8 +1433,8 @@ func (c *Client) CreateSandboxV2WithBody(ctx context.Context, contentType string
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /v2/sandboxes (the `CreateSandboxV2` operationId).
-func (c *Client) CreateSandboxV2(ctx context.Context, body CreateSandboxV2JSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateSandboxV2Request(c.Server, body)
+func (c *Client) CreateSandboxV2(ctx context.Context, params *CreateSandboxV2Params, body CreateSandboxV2JSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateSandboxV2Request(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1484,18 +1534,18 @@ func NewListSandboxesRequest(server string, params *ListSandboxesParams) (*http.
 }
 
 // NewCreateSandboxRequest calls the generic CreateSandbox builder with application/json body
-func NewCreateSandboxRequest(server string, body CreateSandboxJSONRequestBody) (*http.Request, error) {
+func NewCreateSandboxRequest(server string, params *CreateSandboxParams, body CreateSandboxJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewCreateSandboxRequestWithBody(server, "application/json", bodyReader)
+	return NewCreateSandboxRequestWithBody(server, params, "application/json", bodyReader)
 }
 
 // NewCreateSandboxRequestWithBody constructs an http.Request for the CreateSandbox method, with any body, and a specified content type
-func NewCreateSandboxRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+func NewCreateSandboxRequestWithBody(server string, params *CreateSandboxParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -1519,6 +1569,21 @@ func NewCreateSandboxRequestWithBody(server string, contentType string, body io.
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -2392,18 +2457,18 @@ func NewListSandboxesV2Request(server string, params *ListSandboxesV2Params) (*h
 }
 
 // NewCreateSandboxV2Request calls the generic CreateSandboxV2 builder with application/json body
-func NewCreateSandboxV2Request(server string, body CreateSandboxV2JSONRequestBody) (*http.Request, error) {
+func NewCreateSandboxV2Request(server string, params *CreateSandboxV2Params, body CreateSandboxV2JSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewCreateSandboxV2RequestWithBody(server, "application/json", bodyReader)
+	return NewCreateSandboxV2RequestWithBody(server, params, "application/json", bodyReader)
 }
 
 // NewCreateSandboxV2RequestWithBody constructs an http.Request for the CreateSandboxV2 method, with any body, and a specified content type
-func NewCreateSandboxV2RequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+func NewCreateSandboxV2RequestWithBody(server string, params *CreateSandboxV2Params, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -2427,6 +2492,21 @@ func NewCreateSandboxV2RequestWithBody(server string, contentType string, body i
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -2534,14 +2614,14 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /sandboxes (the `CreateSandbox` operationId).
-	CreateSandboxWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateSandboxResponse, error)
+	CreateSandboxWithBodyWithResponse(ctx context.Context, params *CreateSandboxParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateSandboxResponse, error)
 
 	// CreateSandboxWithResponse Create a sandbox (v1; secured only when `secure` is true).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /sandboxes (the `CreateSandbox` operationId).
-	CreateSandboxWithResponse(ctx context.Context, body CreateSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateSandboxResponse, error)
+	CreateSandboxWithResponse(ctx context.Context, params *CreateSandboxParams, body CreateSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateSandboxResponse, error)
 
 	// KillSandboxWithResponse Kill a sandbox.
 	//
@@ -2710,14 +2790,14 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v2/sandboxes (the `CreateSandboxV2` operationId).
-	CreateSandboxV2WithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateSandboxV2Response, error)
+	CreateSandboxV2WithBodyWithResponse(ctx context.Context, params *CreateSandboxV2Params, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateSandboxV2Response, error)
 
 	// CreateSandboxV2WithResponse Create a sandbox (v2; always secured).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v2/sandboxes (the `CreateSandboxV2` operationId).
-	CreateSandboxV2WithResponse(ctx context.Context, body CreateSandboxV2JSONRequestBody, reqEditors ...RequestEditorFn) (*CreateSandboxV2Response, error)
+	CreateSandboxV2WithResponse(ctx context.Context, params *CreateSandboxV2Params, body CreateSandboxV2JSONRequestBody, reqEditors ...RequestEditorFn) (*CreateSandboxV2Response, error)
 
 	// ConnectSandboxV2WithBodyWithResponse Same as /sandboxes/{sandboxID}/connect (v2 path used by the JS SDK).
 	//
@@ -4118,8 +4198,8 @@ func (c *ClientWithResponses) ListSandboxesWithResponse(ctx context.Context, par
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /sandboxes (the `CreateSandbox` operationId).
-func (c *ClientWithResponses) CreateSandboxWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateSandboxResponse, error) {
-	rsp, err := c.CreateSandboxWithBody(ctx, contentType, body, reqEditors...)
+func (c *ClientWithResponses) CreateSandboxWithBodyWithResponse(ctx context.Context, params *CreateSandboxParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateSandboxResponse, error) {
+	rsp, err := c.CreateSandboxWithBody(ctx, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -4131,8 +4211,8 @@ func (c *ClientWithResponses) CreateSandboxWithBodyWithResponse(ctx context.Cont
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /sandboxes (the `CreateSandbox` operationId).
-func (c *ClientWithResponses) CreateSandboxWithResponse(ctx context.Context, body CreateSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateSandboxResponse, error) {
-	rsp, err := c.CreateSandbox(ctx, body, reqEditors...)
+func (c *ClientWithResponses) CreateSandboxWithResponse(ctx context.Context, params *CreateSandboxParams, body CreateSandboxJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateSandboxResponse, error) {
+	rsp, err := c.CreateSandbox(ctx, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -4438,8 +4518,8 @@ func (c *ClientWithResponses) ListSandboxesV2WithResponse(ctx context.Context, p
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v2/sandboxes (the `CreateSandboxV2` operationId).
-func (c *ClientWithResponses) CreateSandboxV2WithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateSandboxV2Response, error) {
-	rsp, err := c.CreateSandboxV2WithBody(ctx, contentType, body, reqEditors...)
+func (c *ClientWithResponses) CreateSandboxV2WithBodyWithResponse(ctx context.Context, params *CreateSandboxV2Params, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateSandboxV2Response, error) {
+	rsp, err := c.CreateSandboxV2WithBody(ctx, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -4451,8 +4531,8 @@ func (c *ClientWithResponses) CreateSandboxV2WithBodyWithResponse(ctx context.Co
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v2/sandboxes (the `CreateSandboxV2` operationId).
-func (c *ClientWithResponses) CreateSandboxV2WithResponse(ctx context.Context, body CreateSandboxV2JSONRequestBody, reqEditors ...RequestEditorFn) (*CreateSandboxV2Response, error) {
-	rsp, err := c.CreateSandboxV2(ctx, body, reqEditors...)
+func (c *ClientWithResponses) CreateSandboxV2WithResponse(ctx context.Context, params *CreateSandboxV2Params, body CreateSandboxV2JSONRequestBody, reqEditors ...RequestEditorFn) (*CreateSandboxV2Response, error) {
+	rsp, err := c.CreateSandboxV2(ctx, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}

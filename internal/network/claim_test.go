@@ -1,0 +1,76 @@
+package network
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+)
+
+// TestClaim checks that a second server cannot take a bridge a live one holds
+// nor a subnet that overlaps another bridge's, and that a stopped server's
+// bridge is reused (its stale address removed) and reported by Leaks until
+// torn down.
+func TestClaim(t *testing.T) {
+	requireRoot(t)
+	locks := t.TempDir()
+	sfx := randSuffix(t)
+	cfg := Config{Bridge: "cbc" + sfx, Subnet: freePrefix(t, 24), Prefix: "cbc" + sfx + "-", LockDir: locks}
+	first := newManagerNoSetup(t, cfg)
+	if err := first.Setup(context.Background()); err != nil {
+		t.Fatalf("Setup: %v", err)
+	}
+
+	other := freePrefix(t, 24)
+	same := cfg
+	same.Subnet = other
+	err := newManagerNoSetup(t, same).Setup(context.Background())
+	if !errors.Is(err, ErrBridgeInUse) || !strings.Contains(err.Error(), "pid "+strconv.Itoa(os.Getpid())) {
+		t.Fatalf("second server on the bridge: %v, want ErrBridgeInUse naming pid %d", err, os.Getpid())
+	}
+
+	sfx2 := randSuffix(t)
+	overlap := Config{Bridge: "cbc" + sfx2, Subnet: netip.MustParsePrefix(cfg.Subnet.Addr().String() + "/16"),
+		Prefix: "cbc" + sfx2 + "-", LockDir: locks}
+	err = newManagerNoSetup(t, overlap).Setup(context.Background())
+	if !errors.Is(err, ErrSubnetConflict) || !strings.Contains(err.Error(), cfg.Bridge) {
+		t.Fatalf("overlapping subnet: %v, want ErrSubnetConflict naming %s", err, cfg.Bridge)
+	}
+	if _, err := netlink.LinkByName(overlap.Bridge); err == nil {
+		t.Fatalf("a refused server created its bridge %s", overlap.Bridge)
+	}
+
+	// The first server stops without tearing down: its network is a leak, and
+	// a new server on the bridge reuses it with another subnet.
+	first.Close()
+	leaks, err := Leaks(locks)
+	if err != nil || !contains(leaks, "bridge "+cfg.Bridge) || !contains(leaks, "nftables table inet cubby_"+cfg.Bridge) {
+		t.Fatalf("Leaks = %v, %v; want the stopped server's bridge and table", leaks, err)
+	}
+	again := newManagerNoSetup(t, same)
+	if err := again.Setup(context.Background()); err != nil {
+		t.Fatalf("Setup on a stopped server's bridge: %v", err)
+	}
+	br, _ := netlink.LinkByName(cfg.Bridge)
+	addrs, _ := netlink.AddrList(br, netlink.FAMILY_V4)
+	if len(addrs) != 1 || !other.Contains(netip.MustParseAddr(addrs[0].IP.String())) {
+		t.Fatalf("bridge addresses %v, want only one in %s", addrs, other)
+	}
+	if leaks, _ := Leaks(locks); contains(leaks, "bridge "+cfg.Bridge) {
+		t.Fatalf("a held bridge is reported as a leak: %v", leaks)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
