@@ -4,7 +4,7 @@ BIN     ?= bin/cubby
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/cubby-dev/cubby/internal/cli.Version=$(VERSION)
 
-.PHONY: all build generate web templates test deps-test test-unit test-integration test-compat quickstart bench fmt vet clean
+.PHONY: all build generate web templates test deps-test test-unit test-integration test-compat test-leaks quickstart bench fmt vet clean
 
 all: build
 
@@ -30,8 +30,9 @@ web:
 TEMPLATES ?= $(CURDIR)/.cache/templates
 export CUBBY_TEMPLATES_DIR := $(TEMPLATES)
 
-## test: everything CI runs: host test deps, vet, unit tests, integration tests against the real server, both official SDK suites
-test: deps-test vet test-unit test-integration test-compat
+## test: everything CI runs: host test deps, vet, unit tests, integration tests against the real server, the official SDK
+## suites against both SDK sets (pinned and latest), then a check that no stopped server left its bridge or nftables table
+test: deps-test vet test-unit test-integration test-compat test-leaks
 
 deps-test:
 	scripts/install-deps.sh --test
@@ -48,7 +49,12 @@ test-integration: templates runsc runc
 	CUBBY_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m ./test/integration/... ./test/security/... ./test/cli/... ./test/mcp/... ./test/dashboard/... ./sdk/... ./examples/go/...
 
 test-compat: templates
-	CUBBY_COMPAT_SKIP_BUILD=1 test/compat/run.sh
+	CUBBY_COMPAT_SKIP_BUILD=1 test/compat/run.sh --sdk all
+
+## test-leaks: fails when bridges or nftables tables of servers that are not running remain (servers are
+## identified by their bridge lock; servers of older versions hold none)
+test-leaks: build
+	$(BIN) network leaks
 
 ## quickstart: install what is missing, build, start the server and run a real example with the official SDK
 quickstart:

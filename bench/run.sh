@@ -25,7 +25,7 @@ repo=$(cd "$here/.." && pwd)
 (cd "$here/sdk" && [ -d node_modules/@e2b/code-interpreter ] || npm install --silent --no-audit --no-fund >/dev/null)
 
 work=$(mktemp -d /tmp/cubby-bench.XXXXXX)
-pids=() urls=()
+pids=() urls=() bridges=()
 key=${E2B_API_KEY:-"e2b_$(od -An -N20 -tx1 /dev/urandom | tr -d ' \n')"}
 
 # cleanup kills every sandbox left on the servers this script started (they
@@ -39,6 +39,8 @@ cleanup() {
   done
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  # Servers keep their bridge and nftables table for their sandboxes; remove them.
+  for b in "${bridges[@]}"; do "$bin" network teardown --bridge "$b" >/dev/null 2>&1 || true; done
   # runsc keeps a netns bind mount in its state root under the data dir.
   awk -v w="$work/" 'index($5, w) == 1 {print $5}' /proc/self/mountinfo | sort -r |
     while read -r m; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
@@ -65,6 +67,7 @@ start_server() {
     --bridge "$bridge" --subnet "$subnet" "${bench_limits[@]}" "$@" >"$data/server.log" 2>&1 &
   pids+=($!)
   urls+=("http://127.0.0.1:$port")
+  bridges+=("$bridge")
   server_url=http://127.0.0.1:$port
   until curl -fsS "$server_url/health" >/dev/null 2>&1; do
     kill -0 "${pids[-1]}" 2>/dev/null || { tail -30 "$data/server.log" >&2; return 1; }

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# One command from a fresh Debian machine to a running Cubby server and a real
-# example run with the official E2B SDK. Re-running it is safe.
+# One command from a fresh Debian machine to a running Cubby server with both
+# built-in templates (base, and code-interpreter: the default of E2B's
+# code-interpreter SDKs) and a real example run with the official E2B
+# code-interpreter SDK (runCode with a chart). Re-running it is safe: built
+# templates are cached.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "run as root (cubby creates containers, mounts and network namespaces)"; exit 1; }
@@ -33,14 +36,22 @@ if ! curl -fsS "http://$LISTEN/health" >/dev/null 2>&1; then
   done
 fi
 
-echo "==> running examples/quickstart with the official e2b SDK"
-(cd examples/quickstart && npm install --silent --no-audit --no-fund >/dev/null)
+# The code-interpreter SDKs' Sandbox.create() asks for template
+# code-interpreter-v1: build it now (a few minutes the first time, cached after).
+# The running server picks it up as soon as it is built.
+echo "==> building the code-interpreter template (Jupyter kernels for Python, JavaScript, TypeScript, R, Java, bash)"
+bin/cubby template build code-interpreter --templates-dir "$DATA_DIR/templates"
+
+echo "==> running examples/quickstart with the official @e2b/code-interpreter SDK"
+(cd examples/quickstart && npm ci --silent --no-audit --no-fund >/dev/null)
 export E2B_API_URL=http://$LISTEN E2B_SANDBOX_URL=http://$LISTEN E2B_API_KEY=$KEY
-node examples/quickstart/index.mjs
+(cd examples/quickstart && node index.mjs)
 
 cat <<MSG
 
 Cubby is running (pid $(cat "$DATA_DIR/cubby.pid" 2>/dev/null || echo "?"), log $DATA_DIR/cubby.log).
 Use it from any E2B SDK with:
   export E2B_API_URL=http://$LISTEN E2B_SANDBOX_URL=http://$LISTEN E2B_API_KEY=$KEY
+(Without E2B_API_URL an SDK sends the key to E2B's cloud instead.)
+The example's chart is in examples/quickstart/quickstart-chart.png.
 MSG

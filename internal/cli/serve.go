@@ -79,7 +79,7 @@ cubby keys create.`,
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:3000", "address of the API and the sandbox gateway")
 	f.StringVar(&cfg.DataDir, "data-dir", "/var/lib/cubby", "directory for the database, templates and sandboxes")
 	f.StringVar(&cfg.TemplatesDir, "templates-dir", "", "directory of built templates (default <data-dir>/templates)")
-	f.StringVar(&cfg.Domain, "domain", "", "domain for <port>-<sandboxID>.<domain> host routing (returned to SDKs)")
+	f.StringVar(&cfg.Domain, "domain", "", "sandbox domain, host[:port], returned to SDKs for getHost(port) URLs <port>-<sandboxID>.<domain> (default localhost:<listen port>)")
 	f.StringVar(&cfg.Bridge, "bridge", network.DefaultBridge,
 		"host device (a bridge without ports) holding the sandboxes' gateway address; also names the nftables table cubby_<bridge> and the sandboxes' netns and links")
 	f.StringVar(&subnet, "subnet", network.DefaultSubnet.String(), "address range of the sandboxes, each routed over its own link")

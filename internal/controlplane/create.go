@@ -16,6 +16,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/egress/policy"
 	"github.com/cubby-dev/cubby/internal/store"
 	"github.com/cubby-dev/cubby/internal/telemetry"
+	"github.com/cubby-dev/cubby/internal/template"
 )
 
 // Default sandbox TTLs (E2B wire §2.3): v1 create 15 s, v2 create and connect 300 s.
@@ -179,9 +180,14 @@ func (s *Service) ttl(sec *int32, def time.Duration) (time.Duration, error) {
 // killed with the cause as reason and returns the error.
 func (s *Service) create(ctx context.Context, sp createSpec) (store.Sandbox, error) {
 	ref, err := s.resolveTemplate(ctx, &sp)
+<<<<<<< HEAD
 	// A snapshot is the team's own: its template stays usable to it.
 	if errors.Is(err, ErrTemplateNotFound) || (err == nil && sp.snapshot == "" && !ref.visibleTo(sp.team)) {
 		return store.Sandbox{}, &httpError{status: 404, msg: fmt.Sprintf("template '%s' not found", sp.template)}
+=======
+	if errors.Is(err, ErrTemplateNotFound) {
+		return store.Sandbox{}, &httpError{status: 404, msg: templateNotFound(sp.template)}
+>>>>>>> 36ed882 (Compat suites: two SDK sets (pinned, latest) in lock files, run in two lanes with content-cached installs; tests of E2B parity, kernels, second server; quickstart builds code-interpreter and runs runCode with a chart; README)
 	}
 	if err != nil {
 		return store.Sandbox{}, fmt.Errorf("resolve template %q: %w", sp.template, err)
@@ -247,6 +253,17 @@ func (s *Service) resolveTemplate(ctx context.Context, sp *createSpec) (Template
 	}
 	sp.snapshot = sn.ID
 	return ref, nil
+}
+
+// templateNotFound explains a missing template; for a built-in one (such as
+// code-interpreter-v1, the code-interpreter SDKs' default) it says how to build it.
+func templateNotFound(name string) string {
+	msg := fmt.Sprintf("template '%s' not found", name)
+	if b, ok := template.BuiltinFor(name); ok {
+		msg += fmt.Sprintf(": it is Cubby's built-in %q template, not built on this server yet; "+
+			"build it on the server host with `cubby template build %s` (a few minutes, once)", b, b)
+	}
+	return msg
 }
 
 // startInstance claims a warm sandbox for rec (whose ID then becomes the warm

@@ -196,6 +196,11 @@ func TestCreateErrors(t *testing.T) {
 	if msg != "template 'nope' not found" {
 		t.Fatalf("unknown template message %q", msg)
 	}
+	// A built-in template that is not built says how to build it.
+	msg = wantError(t, h.do("POST", "/v2/sandboxes", map[string]any{"templateID": "code-interpreter"}), 404)
+	if !strings.Contains(msg, "cubby template build code-interpreter") {
+		t.Fatalf("unbuilt built-in template message %q", msg)
+	}
 	wantError(t, h.do("POST", "/v2/sandboxes", `{"templateID":`), 400)
 	wantError(t, h.do("POST", "/v2/sandboxes", `{"timeout":"x"}`), 400)
 	wantError(t, h.do("POST", "/sandboxes", nil), 400)

@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
@@ -78,8 +79,9 @@ type Resolver interface {
 
 // Config tunes a Gateway.
 type Config struct {
-	// Domain is the sandbox domain (E2B_DOMAIN), e.g. "cubby.example.com". Hosts
-	// "sandbox.<Domain>" and "api.<Domain>" are never host-routed. May be empty.
+	// Domain is the sandbox domain (E2B_DOMAIN), e.g. "cubby.example.com", with an
+	// optional ":port" (ignored here). Hosts "sandbox.<Domain>" and
+	// "api.<Domain>" are never host-routed. May be empty.
 	Domain string
 	// DialTimeout bounds connecting to a sandbox port; 0 means DefaultDialTimeout.
 	// A refused or timed-out dial answers 502 "The sandbox was not found".
@@ -108,7 +110,7 @@ func New(res Resolver, cfg Config, log *slog.Logger) *Gateway {
 	}
 	g := &Gateway{
 		res:    res,
-		domain: strings.TrimSuffix(strings.ToLower(cfg.Domain), "."),
+		domain: domainHost(cfg.Domain),
 		log:    log,
 		reg:    newRegistry(),
 	}
@@ -123,6 +125,14 @@ func New(res Resolver, cfg Config, log *slog.Logger) *Gateway {
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 	return g
+}
+
+// domainHost is the lower-case host part of a domain[:port] without a trailing dot.
+func domainHost(domain string) string {
+	if h, _, err := net.SplitHostPort(domain); err == nil {
+		domain = h
+	}
+	return strings.TrimSuffix(strings.ToLower(domain), ".")
 }
 
 // Handler returns a handler that serves sandbox-side requests (per Match) itself and

@@ -63,7 +63,7 @@ type Config struct {
 	TemplatesDir    string               // built templates; default <DataDir>/templates (may be shared between servers)
 	RunDir          string               // sandboxes' rootfs mount points, reachable by their mapped roots; default DefaultRunDir(DataDir)
 	Userns          bool                 // give each new sandbox its own user namespace and host id range
-	Domain          string               // sandbox domain for <port>-<id>.<domain> hosts; "" = none
+	Domain          string               // sandbox domain (host[:port]) for <port>-<id>.<domain> hosts; "" = "localhost:<listen port>"
 	Bridge          string               // portless host bridge holding the sandboxes' gateway address, default network.DefaultBridge
 	Subnet          netip.Prefix         // sandbox addresses, default 10.77.0.0/16
 	RuncBinary      string               // runc; default bin/runc next to cubby, else PATH
@@ -207,6 +207,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
+	if cfg.Domain == "" {
+		cfg.Domain = defaultDomain(ln.Addr())
+	}
 	var ready atomic.Pointer[http.Handler]
 	var gw atomic.Pointer[gateway.Gateway]
 	// HTTP/1.1 and HTTP/2 without TLS (h2c, prior knowledge), for clients that
@@ -258,6 +261,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	app.control.Shutdown(shutdownCtx)
 	_ = srv.Shutdown(shutdownCtx)
 	return nil
+}
+
+// defaultDomain is the sandbox domain when --domain is not given:
+// "localhost:<port of the listener>", so that the SDKs' getHost(port) names
+// "<port>-<id>.localhost:<listen port>", which browsers and curl resolve to the
+// loopback address the gateway listens on (prefix it with http://).
+func defaultDomain(addr net.Addr) string {
+	if tcp, ok := addr.(*net.TCPAddr); ok {
+		return "localhost:" + strconv.Itoa(tcp.Port)
+	}
+	return "localhost"
 }
 
 // rootHandler answers /health itself and sends everything else to the assembled

@@ -88,3 +88,15 @@ func BuiltinNames() []string {
 	sort.Strings(names)
 	return names
 }
+
+// BuiltinFor returns the name of the built-in definition whose name or alias
+// is alias (e.g. "code-interpreter" for "code-interpreter-v1"), if any.
+func BuiltinFor(alias string) (string, bool) {
+	for _, n := range BuiltinNames() {
+		def, ok := Builtin(n)
+		if ok && (def.Name == alias || contains(def.Aliases, alias)) {
+			return n, true
+		}
+	}
+	return "", false
+}

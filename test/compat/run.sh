@@ -2,12 +2,20 @@
 # Runs the E2B SDK compatibility suites (official JS and Python SDKs,
 # unmodified) against a freshly started Cubby server: the core SDK suites
 # (js/, python/: e2b) and the code-interpreter suites (ci-js/, ci-python/:
-# @e2b/code-interpreter and e2b-code-interpreter, template code-interpreter).
+# @e2b/code-interpreter and e2b-code-interpreter, template code-interpreter),
+# each against every SDK set under sdks/: "pinned" (the versions the suites
+# were first written against) and "latest" (the newest published on npm and
+# PyPI when last bumped). Each set pins its SDKs in lock files
+# (sdks/<set>/<suite>/package-lock.json, requirements.lock; regenerate them
+# with lock.sh after a bump).
 #
-#   test/compat/run.sh [--js-only | --py-only] [--ci-only | --core-only]
+#   test/compat/run.sh [--js-only | --py-only] [--ci-only | --core-only] [--sdk SET|all]
 #
 # --js-only / --py-only pick the language, --ci-only / --core-only the kind of
-# suite; the default runs all four.
+# suite, --sdk one set (default all); the default runs every suite of every
+# set. The JavaScript and the Python suites run at the same time (two lanes);
+# within a lane the suites run one after the other. A suite whose set resolves
+# to exactly the same packages as a set already run is not run again.
 #
 # Steps: build bin/cubby (and, for the code-interpreter suites, the
 # code-interpreter template; cached), start the test internet the network
@@ -18,18 +26,20 @@
 # and behind a password; the anonymous one is the server's Docker Hub
 # mirror), start `cubby serve` on a free loopback port with a generated API
 # key and its egress proxy pointed at that internet, wait for GET /health (up
-# to 20 min: the first start builds the base template), install the suites'
-# dependencies (idempotent), run the suites, stop the server, the registries
-# and the test internet. Exits
-# non-zero if anything fails.
+# to 20 min: the first start builds the base template), install each set's
+# dependencies (cached by the content of its lock file under
+# .cache/compat/deps), run the suites, stop the server (removing its bridge
+# and nftables table), the registries and the test internet. Prints the pass
+# counts of every suite and exits non-zero if anything failed.
 #
 # Environment knobs:
 #   CUBBY_DATA_DIR            server data dir (default: <repo>/.cache/compat-data)
 #   CUBBY_COMPAT_PORT         listen port (default: a free port)
 #   CUBBY_COMPAT_LOG          server log file (default: <repo>/.cache/compat/server.log)
-#   CUBBY_COMPAT_CONCURRENCY  parallel tests per suite (default: 4)
+#   CUBBY_COMPAT_CONCURRENCY  parallel tests per suite (default: 3)
 #   CUBBY_COMPAT_HEALTH_WAIT  seconds to wait for /health (default: 1200)
 #   CUBBY_COMPAT_SKIP_BUILD=1 use an existing bin/cubby (and built templates)
+#   CUBBY_COMPAT_BRIDGE, CUBBY_COMPAT_SUBNET  the server's bridge and subnet
 #   CUBBY_BIN                 the cubby binary to run (default: <repo>/bin/cubby)
 set -euo pipefail
 
@@ -40,15 +50,18 @@ lang_js=1
 lang_py=1
 kind_core=1
 kind_ci=1
-for arg in "$@"; do
-  case "$arg" in
+sdk_sets=()
+while (($# > 0)); do
+  case "$1" in
     --js-only) lang_py=0 ;;
     --py-only) lang_js=0 ;;
     --ci-only) kind_core=0 ;;
     --core-only) kind_ci=0 ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
-    *) echo "run.sh: unknown option: $arg" >&2; exit 2 ;;
+    --sdk) shift; [[ "${1:-}" == all ]] || sdk_sets+=("${1:?--sdk needs a set name or all}") ;;
+    -h|--help) sed -n '2,43p' "$0"; exit 0 ;;
+    *) echo "run.sh: unknown option: $1" >&2; exit 2 ;;
   esac
+  shift
 done
 if [[ $lang_js == 0 && $lang_py == 0 ]]; then
   echo "run.sh: --js-only and --py-only are mutually exclusive" >&2
@@ -58,18 +71,28 @@ if [[ $kind_core == 0 && $kind_ci == 0 ]]; then
   echo "run.sh: --ci-only and --core-only are mutually exclusive" >&2
   exit 2
 fi
-run_js=$((lang_js && kind_core))
-run_py=$((lang_py && kind_core))
-run_ci_js=$((lang_js && kind_ci))
-run_ci_py=$((lang_py && kind_ci))
+if ((${#sdk_sets[@]} == 0)); then
+  mapfile -t sdk_sets < <(ls "$here/sdks" | sort -r) # pinned first
+fi
+for set in "${sdk_sets[@]}"; do
+  [[ -d "$here/sdks/$set" ]] || { echo "run.sh: no SDK set $set under $here/sdks" >&2; exit 2; }
+done
+js_suites=() py_suites=()
+((lang_js && kind_core)) && js_suites+=(js)
+((lang_js && kind_ci)) && js_suites+=(ci-js)
+((lang_py && kind_core)) && py_suites+=(python)
+((lang_py && kind_ci)) && py_suites+=(ci-python)
 
 log() { printf '[compat] %s\n' "$*" >&2; }
 
-concurrency="${CUBBY_COMPAT_CONCURRENCY:-4}"
+concurrency="${CUBBY_COMPAT_CONCURRENCY:-3}"
 health_wait="${CUBBY_COMPAT_HEALTH_WAIT:-1200}"
 data_dir="${CUBBY_DATA_DIR:-$repo/.cache/compat-data}"
-server_log="${CUBBY_COMPAT_LOG:-$repo/.cache/compat/server.log}"
-mkdir -p "$data_dir" "$(dirname "$server_log")"
+work="$repo/.cache/compat"
+server_log="${CUBBY_COMPAT_LOG:-$work/server.log}"
+bridge="${CUBBY_COMPAT_BRIDGE:-cbcompat0}"
+subnet="${CUBBY_COMPAT_SUBNET:-10.79.0.0/20}"
+mkdir -p "$data_dir" "$(dirname "$server_log")" "$work/deps" "$work/results"
 
 if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
   export PATH="$PATH:/usr/local/go/bin"
@@ -77,34 +100,41 @@ fi
 
 # ---------------------------------------------------------------- dependencies
 
-stamp_ok() { # stamp_ok STAMPFILE INPUTFILE...: true if inputs are unchanged
-  local stamp="$1"; shift
-  [[ -f "$stamp" ]] && [[ "$(cat "$@" | sha256sum)" == "$(cat "$stamp")" ]]
+# deps_js SET SUITE: prints the node_modules dir of the set's lock file,
+# installing it (npm ci) into .cache/compat/deps/js-<hash of the resolved
+# packages and the node version> the first time.
+deps_js() {
+  local src="$here/sdks/$1/$2" key dir
+  key="$(node -e '
+    const l = require(process.argv[1]); delete l.packages[""];
+    process.stdout.write(JSON.stringify([l.packages, process.versions.modules]))' "$src/package-lock.json" |
+    sha256sum | cut -c1-16)"
+  dir="$work/deps/js-$key"
+  if [[ ! -f "$dir/.complete" ]]; then
+    log "installing $1/$2 JS dependencies (npm ci) into $dir"
+    rm -rf "$dir" && mkdir -p "$dir"
+    cp "$src/package.json" "$src/package-lock.json" "$dir/"
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >&2)
+    touch "$dir/.complete"
+  fi
+  echo "$dir"
 }
-stamp_write() { local stamp="$1"; shift; cat "$@" | sha256sum >"$stamp"; }
 
-install_js() { # install_js [DIR]: npm ci in DIR (default js/) when its lockfile changed
-  local dir="${1:-$here/js}"
-  if stamp_ok "$dir/node_modules/.cubby-stamp" "$dir/package.json" "$dir/package-lock.json"; then
-    return
+# deps_py SET SUITE: prints the venv of the set's lock file, installing it
+# (pip --require-hashes) into .cache/compat/deps/py-<hash of the lock file and
+# the Python version> the first time.
+deps_py() {
+  local lock="$here/sdks/$1/$2/requirements.lock" key dir
+  key="$( (cat "$lock"; python3 -c 'import sys; print(sys.version_info[:2])') | sha256sum | cut -c1-16)"
+  dir="$work/deps/py-$key"
+  if [[ ! -f "$dir/.complete" ]]; then
+    log "installing $1/$2 Python dependencies (pip) into $dir"
+    rm -rf "$dir"
+    python3 -m venv "$dir"
+    "$dir/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps -r "$lock" >&2
+    touch "$dir/.complete"
   fi
-  log "installing JS dependencies (npm ci)"
-  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
-  stamp_write "$dir/node_modules/.cubby-stamp" "$dir/package.json" "$dir/package-lock.json"
-}
-
-install_py() { # install_py [DIR]: venv + pip in DIR (default python/) when requirements changed
-  local dir="${1:-$here/python}"
-  if [[ ! -x "$dir/.venv/bin/python" ]]; then
-    log "creating Python venv"
-    python3 -m venv "$dir/.venv"
-  fi
-  if stamp_ok "$dir/.venv/.cubby-stamp" "$dir/requirements.txt"; then
-    return
-  fi
-  log "installing Python dependencies (pip)"
-  "$dir/.venv/bin/pip" install --quiet --disable-pip-version-check -r "$dir/requirements.txt"
-  stamp_write "$dir/.venv/.cubby-stamp" "$dir/requirements.txt"
+  echo "$dir"
 }
 
 # ---------------------------------------------------------------------- server
@@ -162,6 +192,9 @@ stop_server() {
   fi
   wait "$server_pid" 2>/dev/null || true
   server_pid=""
+  # The server keeps its bridge and table for its sandboxes; remove them.
+  "$cubby" network teardown --bridge "$bridge" >/dev/null 2>&1 ||
+    { ip link del "$bridge" 2>/dev/null; nft delete table inet "cubby_$bridge" 2>/dev/null; } || true
 }
 
 show_server_log() {
@@ -169,7 +202,14 @@ show_server_log() {
   tail -n 80 "$server_log" >&2 || true
 }
 
-trap 'stop_server; stop_registry' EXIT
+lane_pids=()
+cleanup() {
+  for pid in "${lane_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  stop_server
+  stop_registry
+  if declare -F stop_internet >/dev/null; then stop_internet; fi
+}
+trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 free_port() {
@@ -203,14 +243,14 @@ if [[ "${CUBBY_COMPAT_SKIP_BUILD:-0}" != 1 ]]; then
     log "building bin/cubby"
     (cd "$repo" && make -s build)
   fi
-  if ((run_ci_js || run_ci_py)); then
+  if ((${#js_suites[@]} + ${#py_suites[@]} > 0)) && [[ " ${js_suites[*]} ${py_suites[*]} " == *" ci-"* ]]; then
     log "building the code-interpreter template (cached unless its definition changed)"
     "$cubby" template build code-interpreter --templates-dir "$templates_dir" >&2
   fi
 fi
 
 mirror_args=()
-if ((run_js || run_py)); then
+if ((kind_core)); then
   start_registry
   mirror_args=(--registry-mirror "$CUBBY_TEST_MIRROR")
 fi
@@ -250,21 +290,20 @@ stop_internet() {
   wait "$internet_pid" 2>/dev/null || true
   internet_pid=""
 }
-trap 'stop_server; stop_registry; stop_internet' EXIT
 start_internet
 
-# Install while the server starts: both take a while on a cold machine.
 log "starting cubby serve on $origin (data: $data_dir, log: $server_log)"
 CUBBY_API_KEY="$api_key" "$cubby" serve --listen "127.0.0.1:$port" --data-dir "$data_dir" \
-  --templates-dir "$templates_dir" "${mirror_args[@]}" \
-  --bridge "${CUBBY_COMPAT_BRIDGE:-cbcompat0}" --subnet "${CUBBY_COMPAT_SUBNET:-10.79.0.0/20}" \
+  --templates-dir "$templates_dir" "${mirror_args[@]}" --bridge "$bridge" --subnet "$subnet" \
   >"$server_log" 2>&1 &
 server_pid=$!
 
-if ((run_js)); then install_js; fi
-if ((run_py)); then install_py; fi
-if ((run_ci_js)); then install_js "$here/ci-js"; fi
-if ((run_ci_py)); then install_py "$here/ci-python"; fi
+# Install while the server starts: both take a while on a cold machine.
+declare -A deps
+for set in "${sdk_sets[@]}"; do
+  for suite in "${js_suites[@]}"; do deps[$set/$suite]="$(deps_js "$set" "$suite")"; done
+  for suite in "${py_suites[@]}"; do deps[$set/$suite]="$(deps_py "$set" "$suite")"; done
+done
 
 if ! wait_health "$origin/health" "$health_wait"; then
   show_server_log
@@ -274,47 +313,100 @@ log "cubby is healthy"
 
 export E2B_API_URL="$origin" E2B_SANDBOX_URL="$origin" E2B_VOLUME_API_URL="$origin" E2B_API_KEY="$api_key"
 unset E2B_DEBUG E2B_DOMAIN
+# For the tests of the server itself (a second server on this host).
+export CUBBY_BIN="$cubby" CUBBY_TEMPLATES_DIR="$templates_dir" CUBBY_COMPAT_BRIDGE="$bridge" \
+  CUBBY_COMPAT_SUBNET="$subnet" CUBBY_COMPAT_SERVER_PID="$server_pid"
 export CUBBY_COMPAT_CONCURRENCY="$concurrency"
 
-status=0
-# run_suite LABEL DIR COMMAND: runs one suite's COMMAND (a shell string, expanded in
-# DIR), then its leak check (leaks.mjs or leaks.py next to it); a failure sets status=1.
-run_suite() {
-  local label="$1" dir="$2" cmd="$3"
-  log "running the $label"
-  if ! (cd "$dir" && eval "$cmd"); then
-    status=1
-    log "$label FAILED"
-  fi
-  local leaks=(node leaks.mjs)
-  [[ -f "$dir/leaks.py" ]] && leaks=(.venv/bin/python leaks.py)
-  if ! (cd "$dir" && "${leaks[@]}"); then
-    status=1
-    log "$label left sandboxes running"
+# sdk_version DEPS SUITE: the SDK versions a suite's dependencies resolve to.
+sdk_version() {
+  case "$2" in
+    js) node -p "'e2b ' + require('$1/node_modules/e2b/package.json').version" ;;
+    ci-js) node -p "'@e2b/code-interpreter ' + require('$1/node_modules/@e2b/code-interpreter/package.json').version" ;;
+    python) "$1/bin/python" -c 'from importlib.metadata import version as v; print("e2b", v("e2b"))' ;;
+    ci-python) "$1/bin/python" -c 'from importlib.metadata import version as v; print("e2b-code-interpreter", v("e2b-code-interpreter"), "/ e2b", v("e2b"))' ;;
+  esac
+}
+
+# counts SUITE OUTPUT: "passed failed skipped" from a node --test or pytest run.
+counts() {
+  if [[ "$1" == *js ]]; then
+    awk '/^# pass /{p=$3} /^# fail /{f=$3} /^# skipped /{s=$3} END{print p+0, f+0, s+0}' "$2"
+  else
+    python3 - "$2" <<'PY'
+import re, sys
+tail = open(sys.argv[1], errors="replace").read().splitlines()[-5:]
+n = {k: 0 for k in ("passed", "failed", "skipped", "error", "errors")}
+for line in tail:
+    for num, kind in re.findall(r"(\d+) (passed|failed|skipped|errors?)\b", line):
+        n[kind] = int(num)
+print(n["passed"], n["failed"] + n["error"] + n["errors"], n["skipped"])
+PY
   fi
 }
-node_tests="node --test --test-concurrency=$concurrency --test-timeout=180000 ./*.test.mjs"
-pytest=".venv/bin/python -m pytest -n $concurrency --dist load"
-if ((run_js)); then
-  run_suite "JS suite (e2b $(cd "$here/js" && node -p 'require("./node_modules/e2b/package.json").version'))" \
-    "$here/js" "$node_tests"
-fi
-if ((run_py)); then
-  run_suite "Python suite" "$here/python" "$pytest"
-fi
-if ((run_ci_js)); then
-  run_suite "code-interpreter JS suite (@e2b/code-interpreter $(cd "$here/ci-js" && node -p 'require("./node_modules/@e2b/code-interpreter/package.json").version'))" \
-    "$here/ci-js" "$node_tests"
-fi
-if ((run_ci_py)); then
-  run_suite "code-interpreter Python suite" "$here/ci-python" "$pytest"
-fi
 
+# run_suite SET SUITE: runs one suite of one set in its own work dir (the test
+# files next to the set's dependencies), then its leak check; appends a result
+# line to the lane's result file. A failure returns 1.
+run_suite() {
+  local set="$1" suite="$2" dir="$work/run/$set/$2" dep="${deps[$1/$2]}" out rc=0
+  out="$work/results/$set-$suite.log"
+  rm -rf "$dir" && mkdir -p "$dir"
+  if [[ "$suite" == *js ]]; then
+    cp "$here/$suite"/*.mjs "$dir/"
+    cp "$here/scan.py" "$dir/.."
+    ln -s "$dep/node_modules" "$dir/node_modules"
+    (cd "$dir" && node --test --test-concurrency="$concurrency" --test-timeout=180000 ./*.test.mjs) >"$out" 2>&1 || rc=1
+    (cd "$dir" && node leaks.mjs) >>"$out" 2>&1 || { rc=1; echo "LEAKED SANDBOXES" >>"$out"; }
+  else
+    (cd "$here/$suite" && "$dep/bin/python" -m pytest -p no:cacheprovider -n "$concurrency" --dist load) >"$out" 2>&1 || rc=1
+    (cd "$here/$suite" && "$dep/bin/python" leaks.py) >>"$out" 2>&1 || { rc=1; echo "LEAKED SANDBOXES" >>"$out"; }
+  fi
+  read -r pass fail skip < <(counts "$suite" "$out")
+  printf '%-10s %-7s %-48s %4s passed %3s failed %3s skipped  %s\n' "$suite" "$set" "$(sdk_version "$dep" "$suite")" \
+    "$pass" "$fail" "$skip" "$([[ $rc == 0 ]] && echo ok || echo "FAILED (see $out)")" >>"$work/results/summary"
+  return "$rc"
+}
+
+# lane SUITE...: runs each suite for every set, skipping a set whose
+# dependencies are those of a set already run.
+lane() {
+  local rc=0 suite set
+  for suite in "$@"; do
+    declare -A seen=()
+    for set in "${sdk_sets[@]}"; do
+      if [[ -n "${seen[${deps[$set/$suite]}]:-}" ]]; then
+        printf '%-10s %-7s %-48s same packages as set %s: not run again\n' "$suite" "$set" \
+          "$(sdk_version "${deps[$set/$suite]}" "$suite")" "${seen[${deps[$set/$suite]}]}" >>"$work/results/summary"
+        continue
+      fi
+      seen[${deps[$set/$suite]}]="$set"
+      log "running $suite against SDK set $set"
+      run_suite "$set" "$suite" || rc=1
+    done
+  done
+  return "$rc"
+}
+
+: >"$work/results/summary"
+status=0
+if ((${#js_suites[@]} > 0)); then lane "${js_suites[@]}" & lane_pids+=($!); fi
+if ((${#py_suites[@]} > 0)); then lane "${py_suites[@]}" & lane_pids+=($!); fi
+for pid in "${lane_pids[@]}"; do
+  wait "$pid" || status=1
+done
+lane_pids=()
+
+log "results:"
+sort "$work/results/summary" >&2
 if ! kill -0 "$server_pid" 2>/dev/null; then
   log "cubby died during the run"
   status=1
 fi
 if ((status != 0)); then
+  for f in "$work"/results/*.log; do
+    grep -q -E '^not ok|FAILED|ERROR|LEAKED' "$f" 2>/dev/null && { log "failures in $f:"; grep -E '^not ok|FAILED|ERROR|LEAKED' "$f" | head -40 >&2; }
+  done
   show_server_log
 fi
 stop_server

@@ -97,6 +97,6 @@ test('SIGINT interrupts a busy cell and a pending await; state survives', async 
   interrupt(300)
   await assert.rejects(run('while (true) {}'), { code: 'ERR_SCRIPT_EXECUTION_INTERRUPTED' })
   interrupt(300)
-  await assert.rejects(run('await new Promise((r) => setTimeout(r, 60000))'), { code: 'ERR_SCRIPT_EXECUTION_INTERRUPTED' })
+  await assert.rejects(run('await new Promise((r) => setTimeout(r, 60000).unref())'), { code: 'ERR_SCRIPT_EXECUTION_INTERRUPTED' })
   assert.equal(await run('survivor + 1'), 42)
 })
