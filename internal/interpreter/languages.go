@@ -29,6 +29,13 @@ const (
 	LangDeno       = "deno"
 )
 
+// Start bounds of Java contexts: one attempt's wait for the kernel's answer
+// once connected, and the whole start (several attempts).
+const (
+	javaHandshakeTimeout = 30 * time.Second
+	javaStartTimeout     = 2 * time.Minute
+)
+
 // Kernelspec names the code-interpreter template installs for Node.js and Java.
 const (
 	nodeKernelSpec = "javascript"
@@ -67,8 +74,12 @@ type backend struct {
 	python   bool          // ipykernel: gets the display extension and Python argv flags
 	tcp      bool          // the kernel cannot use ipc sockets (Deno)
 	settle   time.Duration // jupyter.Options.SettleDelay (Deno publishes out of order)
-	extraEnv []string
-	env      *envCode // nil: per-request env vars unsupported
+	// handshake is jupyter.Options.HandshakeTimeout and start, when longer
+	// than Config.StartTimeout, the bound of a start (the JVM is slow to
+	// start and its kernel sometimes never answers a first start).
+	handshake, start time.Duration
+	extraEnv         []string
+	env              *envCode // nil: per-request env vars unsupported
 }
 
 // resolveBackend finds how to run language (already normalised) on this host:
@@ -105,7 +116,8 @@ func resolveBackend(language string, specDirs []string, path string) (*backend, 
 		if err != nil {
 			return nil, unknown(language, specDirs, "install a Java kernel (code-interpreter template)")
 		}
-		return &backend{language: language, spec: ks, tcp: true, env: javaEnv}, nil
+		return &backend{language: language, spec: ks, tcp: true, env: javaEnv,
+			handshake: javaHandshakeTimeout, start: javaStartTimeout}, nil
 	case LangR:
 		ks, err := firstSpec(specDirs, "ir")
 		if err != nil {

@@ -473,7 +473,7 @@ func (s *Service) createContext(ctx context.Context, sp contextSpec) (*codeConte
 		return nil, fmt.Errorf("%w: cwd %q is not a directory", errBadRequest, cwd)
 	}
 	id := newContextID()
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.StartTimeout)
+	ctx, cancel := context.WithTimeout(ctx, max(s.cfg.StartTimeout, b.start))
 	defer cancel()
 	eng, err := s.startEngine(ctx, b, acct, id, cwd, sp.env)
 	if err != nil {
@@ -562,7 +562,8 @@ func (s *Service) startEngine(ctx context.Context, b *backend, acct account, id,
 	}
 	o := jupyter.Options{Dir: cwd, Env: kernelEnv(acct, path, env, extra), Credential: acct.cred, ExtraArgs: args,
 		RuntimeDir: s.cfg.RuntimeDir, InterruptGrace: s.cfg.InterruptGrace, SettleDelay: b.settle,
-		Launcher: launcher, OOM: s.oom, Log: s.log.With("context", id)}
+		HandshakeTimeout: b.handshake,
+		Launcher:         launcher, OOM: s.oom, Log: s.log.With("context", id)}
 	if b.tcp {
 		o.Transport = jupyter.TCP
 	}

@@ -161,12 +161,23 @@ func (in *instance) cleanup() {
 	})
 }
 
-// listenPoll is how often connect looks for a TCP kernel's listening ports.
+// listenPoll is how often waitPorts looks for a TCP kernel's listening ports.
 const listenPoll = 10 * time.Millisecond
 
-// connect dials shell (routing identity = session), control and iopub; for a
-// TCP kernel only once all five ports listen. Dialing gives up when ctx ends or
-// the process exits.
+// waitPorts waits until a TCP kernel listens on all five ports (no-op for ipc),
+// so that it is never connected to while it binds; it gives up when ctx ends
+// or the process exits.
+func (in *instance) waitPorts(ctx context.Context) error {
+	c := in.conn
+	if c.Transport != TCP {
+		return nil
+	}
+	ports := []int{c.ShellPort, c.IOPubPort, c.StdinPort, c.ControlPort, c.HBPort}
+	return in.deadOr(waitListening(ctx, ports, listenPoll, in.dead))
+}
+
+// connect dials shell (routing identity = session), control and iopub. Dialing
+// gives up when ctx ends or the process exits.
 func (in *instance) connect(ctx context.Context, dial Dialer) error {
 	dctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -178,13 +189,6 @@ func (in *instance) connect(ctx context.Context, dial Dialer) error {
 		}
 	}()
 	in.router = newRouter()
-	if in.conn.Transport == TCP {
-		c := in.conn
-		ports := []int{c.ShellPort, c.IOPubPort, c.StdinPort, c.ControlPort, c.HBPort}
-		if err := waitListening(dctx, ports, listenPoll, in.dead); err != nil {
-			return in.deadOr(err)
-		}
-	}
 	var err error
 	if in.iopub, err = dial(dctx, Sub, in.conn.Endpoint(in.conn.IOPubPort), nil); err != nil {
 		return in.deadOr(fmt.Errorf("iopub: %w", err))

@@ -74,6 +74,12 @@ type Options struct {
 	// IdleGrace bounds the wait for status idle after execute_reply (default 3 s);
 	// past it the execution ends with Reply.Incomplete set.
 	IdleGrace time.Duration
+	// HandshakeTimeout bounds one start attempt from the moment the kernel
+	// listens (TCP) or was started (ipc): connecting and its kernel_info_reply;
+	// 0 = only ctx. A TCP kernel whose attempt times out is killed and started
+	// again with new ports (up to tcpStartAttempts), for kernels that
+	// sometimes never answer a start (the Rapaio Java kernel).
+	HandshakeTimeout time.Duration
 	// SettleDelay keeps an execution open this long after reply and idle, for
 	// kernels that publish output out of order (Deno's execute_result can trail
 	// its idle status by microseconds to milliseconds); 0 = finish at once.
@@ -350,17 +356,26 @@ func (k *Kernel) launchWith(ctx context.Context, launcher Launcher) (*instance, 
 	if err != nil {
 		return nil, fmt.Errorf("start kernel %s: %w", k.spec.Name, err)
 	}
-	if err := in.connect(ctx, k.opts.Dialer); err != nil {
+	fail := func(err error) (*instance, error) {
 		in.stop(ErrClosed)
 		in.cleanup()
 		return nil, fmt.Errorf("start kernel %s: %w", k.spec.Name, err)
 	}
+	if err := in.waitPorts(ctx); err != nil {
+		return fail(err)
+	}
+	actx, cancel := ctx, context.CancelFunc(func() {})
+	if k.opts.HandshakeTimeout > 0 {
+		actx, cancel = context.WithTimeout(ctx, k.opts.HandshakeTimeout)
+	}
+	defer cancel()
+	if err := in.connect(actx, k.opts.Dialer); err != nil {
+		return fail(err)
+	}
 	in.startReaders()
-	info, err := in.handshake(ctx)
+	info, err := in.handshake(actx)
 	if err != nil {
-		in.stop(ErrClosed)
-		in.cleanup()
-		return nil, fmt.Errorf("start kernel %s: %w", k.spec.Name, err)
+		return fail(err)
 	}
 	in.info = info
 	k.log.Debug("kernel ready", "pid", in.pid, "implementation", info.Implementation,

@@ -90,7 +90,10 @@ func ZMQDialer(ctx context.Context, kind SocketKind, endpoint string, identity [
 	case <-ctx.Done():
 		s.Close()
 		cancel()
-		<-done
+		// A peer that accepted the connection but never speaks ZMTP keeps Dial
+		// reading its greeting until the peer goes away (the kernel is then
+		// killed by the caller): do not wait for it.
+		go func() { <-done }()
 		return nil, fmt.Errorf("dial %s: %w", endpoint, ctx.Err())
 	}
 }

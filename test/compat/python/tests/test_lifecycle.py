@@ -12,7 +12,7 @@ import pytest
 from e2b import InvalidArgumentException, Sandbox, SandboxNotFoundException, SandboxState
 from packaging.version import Version
 
-from helpers import SUITE_KEY, uniq, wait_for
+from helpers import SUITE_KEY, uniq, wait_for, unsecured_or_skip
 
 
 def now_utc() -> datetime.datetime:
@@ -54,6 +54,7 @@ def test_create_v1_with_metadata_envs_timeout_and_get_info(sandbox_factory):
 
 def test_unsecured_sandbox_works_without_access_token(sandbox_factory):
     sbx = sandbox_factory(secure=False)
+    unsecured_or_skip(sbx)
     # Without an envdAccessToken the SDK refuses signed-URL expirations.
     with pytest.raises(InvalidArgumentException):
         sbx.download_url("x.txt", use_signature_expiration=10)

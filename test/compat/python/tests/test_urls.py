@@ -3,7 +3,7 @@
 
 import httpx
 
-from helpers import HOME, sandbox_url, uniq, wait_for
+from helpers import HOME, sandbox_url, uniq, wait_for, unsecured_or_skip
 
 EXPIRED = {"code": 401, "message": "signature is already expired"}
 
@@ -57,6 +57,7 @@ def test_upload_url_multipart(sandbox):
 
 def test_unsecured_sandbox_urls_need_no_signature(sandbox_factory):
     sbx = sandbox_factory(secure=False)
+    unsecured_or_skip(sbx)
     sbx.files.write("open.txt", "open content")
     url = sbx.download_url("open.txt")
     assert "signature" not in url
