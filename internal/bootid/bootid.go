@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -90,7 +91,7 @@ func RunHook(state io.Reader, file string) error {
 		return err
 	}
 	target := filepath.Join(root, Path)
-	fd, err := unix.Open(target, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err := openNoSymlinks(root, Path)
 	if err != nil {
 		return fmt.Errorf("boot id hook: open %s: %w", target, err)
 	}
@@ -111,6 +112,19 @@ func RunHook(state io.Reader, file string) error {
 		return fmt.Errorf("boot id hook: make %s read-only: %w", target, err)
 	}
 	return nil
+}
+
+// openNoSymlinks opens root/rel as an O_PATH descriptor, refusing any symbolic
+// link on the way (a root filesystem the sandbox wrote cannot point the bind
+// elsewhere).
+func openNoSymlinks(root, rel string) (int, error) {
+	dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(dir)
+	how := unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+	return unix.Openat2(dir, strings.TrimPrefix(rel, "/"), &how)
 }
 
 // rootOf returns the absolute root filesystem path of the bundle's config.json.

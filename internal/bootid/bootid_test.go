@@ -122,6 +122,14 @@ func checkHook(t *testing.T) {
 	if err := RunHook(bundle(t, fake), file); err == nil || !strings.Contains(err.Error(), "not on procfs") {
 		t.Errorf("RunHook on a non-procfs boot_id = %v, want a procfs error", err)
 	}
+	// A root whose /proc is a symbolic link (to the procfs above) is refused.
+	linked := t.TempDir()
+	if err := os.Symlink(filepath.Join(root, "proc"), filepath.Join(linked, "proc")); err != nil {
+		t.Fatal(err)
+	}
+	if err := RunHook(bundle(t, linked), file); err == nil {
+		t.Error("RunHook through a symlinked /proc succeeded")
+	}
 	if err := RunHook(strings.NewReader(`{"bundle":""}`), file); err == nil {
 		t.Error("RunHook without a bundle succeeded")
 	}

@@ -20,7 +20,7 @@ type executeRequest struct {
 	EnvVars   map[string]string `json:"env_vars"`
 }
 
-// createContextRequest is the POST /contexts body (E2B wire §4.1); user is
+// createContextRequest is the POST /contexts body (language, cwd); user is
 // Cubby's: the account the context's kernel runs as (default root).
 type createContextRequest struct {
 	Language *string `json:"language"`

@@ -1,5 +1,5 @@
 // Package interpreter is the E2B-compatible code-interpreter service (port
-// 49999, E2B wire §4): code contexts backed by Jupyter kernels (Python, Node.js
+// 49999; docs/e2b-compatibility.md): code contexts backed by Jupyter kernels (Python, Node.js
 // for JavaScript/TypeScript, Java, R, Deno, any installed kernelspec) or a
 // native persistent bash, the POST /execute NDJSON stream and the /contexts API.
 // As on E2B, the default contexts exist before the /contexts API answers and

@@ -18,7 +18,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/agent/users"
 )
 
-// download serves GET /files (E2B wire §3.4): gzipped whenever the client
+// download serves GET /files (docs/e2b-compatibility.md): gzipped whenever the client
 // accepts gzip and asks for no range (as E2B's envd does), else the bytes through
 // http.ServeContent (ranges, conditional requests, type by extension); a file
 // whose size stat reports as 0 although it has content (procfs, sysfs) is
