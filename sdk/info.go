@@ -40,13 +40,16 @@ type SandboxInfo struct {
 	SandboxDomain string
 	// Lifecycle is set by GetInfo when the server reports it.
 	Lifecycle *LifecycleInfo
-	// PauseMode is what a paused sandbox kept ("memory", "filesystem" or
-	// "checkpoint"), set by GetInfo on servers that report it (a Cubby
-	// extension); "" otherwise.
+	// PauseMode is what a paused sandbox's latest pause kept: "full" (memory
+	// and filesystem) or "filesystem", set by GetInfo on servers that report
+	// it; "" otherwise.
 	PauseMode string
 	// Network is the sandbox's network settings as GetInfo reports them (an
 	// egress proxy's password is never returned); nil when it has none.
 	Network *NetworkOptions
+	// PauseMethod is how a Cubby server paused the sandbox: "freeze" (runc),
+	// "checkpoint" (gVisor) or "filesystem"; "" on other servers and while running.
+	PauseMethod string
 }
 
 // LifecycleInfo says what happens at a sandbox's deadline.
@@ -76,6 +79,7 @@ func infoFromDetail(d *apiclient.SandboxDetail) *SandboxInfo {
 		State: SandboxState(d.State), CPUCount: int(d.CpuCount), MemoryMB: int(d.MemoryMB),
 		DiskSizeMB: int(d.DiskSizeMB), EnvdVersion: d.EnvdVersion, AllowInternetAccess: d.AllowInternetAccess,
 		SandboxDomain: deref(d.Domain), PauseMode: string(deref(d.PauseMode)),
+		PauseMethod: string(deref(d.CubbyPauseMethod)),
 	}
 	if d.Lifecycle != nil {
 		info.Lifecycle = &LifecycleInfo{OnTimeout: string(d.Lifecycle.OnTimeout), AutoResume: d.Lifecycle.AutoResume}

@@ -83,7 +83,7 @@ the code is printed with its traceback and cubby exits with status 1.`,
 		}),
 	}
 	f := cmd.Flags()
-	f.StringVarP(&rf.lang, "lang", "l", "", "language: python, javascript, typescript, r, java, bash")
+	f.StringVarP(&rf.lang, "lang", "l", "", "language: python, javascript (Node.js), typescript, r, java, bash, deno")
 	f.StringVarP(&rf.template, "template", "t", codeInterpreterTemplate, "template of the sandbox to create")
 	f.StringVarP(&rf.sandbox, "sandbox", "s", "", "run in this existing sandbox (not killed afterwards)")
 	f.StringVarP(&rf.outDir, "out-dir", "o", ".", "directory for saved charts")

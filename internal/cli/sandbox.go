@@ -182,7 +182,11 @@ func newSandboxInfoCmd(c *clientFlags) *cobra.Command {
 				{"Metadata", formatMetadata(info.Metadata)},
 			}
 			if info.PauseMode != "" {
-				rows = append(rows, [2]string{"Pause mode", info.PauseMode})
+				mode := info.PauseMode
+				if info.PauseMethod != "" {
+					mode += " (" + info.PauseMethod + ")"
+				}
+				rows = append(rows, [2]string{"Pause mode", mode})
 			}
 			for _, r := range rows {
 				fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])

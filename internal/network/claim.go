@@ -36,29 +36,16 @@ var ErrSubnetConflict = errors.New("subnet overlaps a network of the host")
 // address of the host that is not on the Manager's own bridge (a bridge left by
 // a stopped server of the same name is the Manager's to reuse). On failure the
 // bridge is not held. Claiming again is a no-op.
-func (m *Manager) Claim() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.lock != nil {
-		return nil
-	}
-	f, err := lockBridge(m.cfg.LockDir, m.cfg.Bridge)
-	if err != nil {
-		return err
-	}
-	if err := m.checkSubnet(); err != nil {
-		f.Close()
-		return err
-	}
-	m.lock = f
-	return nil
-}
+func (m *Manager) Claim() error { return m.claim(true) }
 
 // ClaimBridge takes the bridge's lock in LockDir for the life of the Manager
 // (released by Close or the process's exit) without checking the subnet, as
 // tearing a stopped server's network down needs. It fails with ErrBridgeInUse
 // and the holder's pid while another live process holds it.
-func (m *Manager) ClaimBridge() error {
+func (m *Manager) ClaimBridge() error { return m.claim(false) }
+
+// claim takes the bridge lock and, with checkSubnet, checks the subnet.
+func (m *Manager) claim(checkSubnet bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.lock != nil {
@@ -67,6 +54,12 @@ func (m *Manager) ClaimBridge() error {
 	f, err := lockBridge(m.cfg.LockDir, m.cfg.Bridge)
 	if err != nil {
 		return err
+	}
+	if checkSubnet {
+		if err := m.checkSubnet(); err != nil {
+			f.Close()
+			return err
+		}
 	}
 	m.lock = f
 	return nil

@@ -474,7 +474,7 @@ func (sb *sandbox) waitPythonPast(ctx context.Context, t *testing.T, id string, 
 // TestGVisorAPICheckpointCycles drives gVisor through the HTTP API: a server
 // started with --runtime runsc creates a sandbox; a file and a Python variable
 // (held by a running process) are written; POST pause checkpoints it (getInfo
-// pauseMode "checkpoint", 502 on the sandbox side, 409 on a second pause, no
+// pauseMode "full" by checkpoint, 502 on the sandbox side, 409 on a second pause, no
 // container left); connect restores it with the same process, variable and files,
 // for CUBBY_PAUSE_CYCLES cycles. Killing it leaves nothing behind.
 func TestGVisorAPICheckpointCycles(t *testing.T) {
@@ -496,7 +496,7 @@ func TestGVisorAPICheckpointCycles(t *testing.T) {
 		if code := sb.connect(t, 600); code != 201 {
 			t.Fatalf("cycle %d: connect = %d, want 201\n%s", i, code, s.log())
 		}
-		if in := sb.info(t); in.State != "running" || in.PauseMode != "" {
+		if in := sb.info(t); in.State != "running" || in.mode() != "" {
 			t.Fatalf("cycle %d: after resume %+v", i, in)
 		}
 		n = sb.waitPythonPast(ctx, t, proc, n)

@@ -32,10 +32,26 @@ func pauseCycles(t *testing.T) int {
 
 // info is the part of GET /sandboxes/{id} the lifecycle tests read.
 type info struct {
-	State     string         `json:"state"`
-	PauseMode string         `json:"pauseMode"`
-	EndAt     time.Time      `json:"endAt"`
-	Lifecycle map[string]any `json:"lifecycle"`
+	State       string         `json:"state"`
+	PauseMode   string         `json:"pauseMode"`        // E2B's: full or filesystem
+	PauseMethod string         `json:"cubbyPauseMethod"` // freeze, checkpoint or filesystem
+	EndAt       time.Time      `json:"endAt"`
+	Lifecycle   map[string]any `json:"lifecycle"`
+}
+
+// mode names how the sandbox is paused as these tests do: "memory" (a runc
+// freeze), "checkpoint" (gVisor), "filesystem", "" while running; a pauseMode
+// that does not match the method (E2B's full for both memory-keeping methods)
+// is "inconsistent".
+func (in info) mode() string {
+	want, mode := map[string]string{"freeze": "full", "checkpoint": "full", "filesystem": "filesystem", "": ""}, in.PauseMethod
+	if mode == "freeze" {
+		mode = "memory"
+	}
+	if w, ok := want[in.PauseMethod]; !ok || w != in.PauseMode {
+		return "inconsistent"
+	}
+	return mode
 }
 
 func (sb *sandbox) info(t *testing.T) info {
@@ -169,7 +185,7 @@ a=$(wc -l < /home/user/ticks); for i in $(seq 100); do sleep 0.05; b=$(wc -l < /
 // mode, 502 on the sandbox side, listed as paused, 409 on a second pause.
 func (sb *sandbox) checkPaused(t *testing.T, mode string) {
 	t.Helper()
-	if in := sb.info(t); in.State != "paused" || in.PauseMode != mode {
+	if in := sb.info(t); in.State != "paused" || in.mode() != mode {
 		t.Fatalf("paused info = %+v, want mode %s", in, mode)
 	}
 	if code := sb.health(t); code != 502 {
@@ -272,8 +288,8 @@ func TestAutoPauseAutoResume(t *testing.T) {
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
-			if in := sb.info(t); in.PauseMode != tc.mode {
-				t.Fatalf("auto-paused mode = %q, want %q", in.PauseMode, tc.mode)
+			if in := sb.info(t); in.mode() != tc.mode {
+				t.Fatalf("auto-paused mode = %+v, want %q", in, tc.mode)
 			}
 			if tc.mode == "filesystem" {
 				s.wantStopped(t, sb.ID)
@@ -391,7 +407,7 @@ func checkListed(t *testing.T, s *server, n int, at func(int) (*sandbox, string)
 		if states[sb.ID] != want {
 			t.Fatalf("sandbox %d (%s) listed %q after restart, want %q; list %v\n%s", i, mode, states[sb.ID], want, list, s.log())
 		}
-		if in := sb.info(t); in.PauseMode != mode || in.State != want {
+		if in := sb.info(t); in.mode() != mode || in.State != want {
 			t.Fatalf("sandbox %d after restart: %+v, want state %s mode %q", i, in, want, mode)
 		}
 		if code := sb.health(t); (mode != "" && code != 502) || (mode == "" && code/100 != 2) {
