@@ -33,8 +33,8 @@ var ErrSubnetConflict = errors.New("subnet overlaps a network of the host")
 // that its subnet is free, before Setup touches anything: ClaimBridge, then it
 // fails with ErrSubnetConflict, naming the route or address and its device, when
 // Subnet overlaps an IPv4 route (other than the default route) or interface
-// address of the host that is not on the Manager's own bridge (a bridge left by
-// a stopped server of the same name is the Manager's to reuse). On failure the
+// address of the host that is not on the Manager's own bridge or sandbox links
+// (those left by a stopped server of the same name are the Manager's to reuse). On failure the
 // bridge is not held. Claiming again is a no-op.
 func (m *Manager) Claim() error { return m.claim(true) }
 
@@ -89,18 +89,19 @@ func lockBridge(dir, bridge string) (*os.File, error) {
 	return f, nil
 }
 
-// checkSubnet fails when Subnet overlaps a host route or address not on the bridge.
+// checkSubnet fails when Subnet overlaps a host route or address that is not
+// on the Manager's own links.
 func (m *Manager) checkSubnet() error {
-	own := -1
-	if br, err := m.host.LinkByName(m.cfg.Bridge); err == nil {
-		own = br.Attrs().Index
+	own, err := m.ownLinks()
+	if err != nil {
+		return err
 	}
 	routes, err := m.host.RouteList(nil, netlink.FAMILY_V4)
 	if err != nil {
 		return fmt.Errorf("list routes: %w", err)
 	}
 	for _, r := range routes {
-		if r.Dst == nil || r.LinkIndex == own {
+		if r.Dst == nil || own[r.LinkIndex] {
 			continue
 		}
 		p, ok := prefixOf(r.Dst)
@@ -113,7 +114,7 @@ func (m *Manager) checkSubnet() error {
 		return fmt.Errorf("list addresses: %w", err)
 	}
 	for _, a := range addrs {
-		if a.LinkIndex == own {
+		if own[a.LinkIndex] {
 			continue
 		}
 		if p, ok := prefixOf(a.IPNet); ok && p.Overlaps(m.cfg.Subnet) {
@@ -121,6 +122,24 @@ func (m *Manager) checkSubnet() error {
 		}
 	}
 	return nil
+}
+
+// ownLinks are the indexes of the bridge and of the host links of the
+// Manager's sandboxes (their alias starts with aliasPrefix): a restarted server
+// finds the /32 routes of the sandboxes it kept on those.
+func (m *Manager) ownLinks() (map[int]bool, error) {
+	links, err := m.host.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("list links: %w", err)
+	}
+	own := map[int]bool{}
+	for _, l := range links {
+		a := l.Attrs()
+		if a.Name == m.cfg.Bridge || strings.HasPrefix(a.Alias, m.aliasPrefix()) {
+			own[a.Index] = true
+		}
+	}
+	return own, nil
 }
 
 func (m *Manager) conflict(what string, link int) error {

@@ -15,7 +15,7 @@ import (
 // TestClaim checks that a second server cannot take a bridge a live one holds
 // nor a subnet that overlaps another bridge's, and that a stopped server's
 // bridge is reused (its stale address removed) and reported by Leaks until
-// torn down.
+// torn down, and that a restarted server adopts its kept sandboxes' routes.
 func TestClaim(t *testing.T) {
 	requireRoot(t)
 	locks := t.TempDir()
@@ -35,7 +35,7 @@ func TestClaim(t *testing.T) {
 	}
 
 	sfx2 := randSuffix(t)
-	overlap := Config{Bridge: "cbc" + sfx2, Subnet: netip.MustParsePrefix(cfg.Subnet.Addr().String() + "/16"),
+	overlap := Config{Bridge: "cbc" + sfx2, Subnet: netip.PrefixFrom(cfg.Subnet.Addr(), 25), // inside the first server's subnet only
 		Prefix: "cbc" + sfx2 + "-", LockDir: locks}
 	err = newManagerNoSetup(t, overlap).Setup(context.Background())
 	if !errors.Is(err, ErrSubnetConflict) || !strings.Contains(err.Error(), cfg.Bridge) {
@@ -45,9 +45,20 @@ func TestClaim(t *testing.T) {
 		t.Fatalf("a refused server created its bridge %s", overlap.Bridge)
 	}
 
-	// The first server stops without tearing down: its network is a leak, and
-	// a new server on the bridge reuses it with another subnet.
+	// The first server stops without tearing down, keeping a sandbox's link and
+	// its /32 route: a restart on the same bridge and subnet adopts them.
+	if _, err := first.Attach(context.Background(), "kept"); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
 	first.Close()
+	restart := newManagerNoSetup(t, cfg)
+	if err := restart.Setup(context.Background()); err != nil {
+		t.Fatalf("Setup of a restarted server with a kept sandbox: %v", err)
+	}
+	restart.Close()
+
+	// Its network is a leak, and a new server on the bridge reuses it with
+	// another subnet.
 	leaks, err := Leaks(locks)
 	if err != nil || !contains(leaks, "bridge "+cfg.Bridge) || !contains(leaks, "nftables table inet cubby_"+cfg.Bridge) {
 		t.Fatalf("Leaks = %v, %v; want the stopped server's bridge and table", leaks, err)
