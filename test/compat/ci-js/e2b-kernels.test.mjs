@@ -43,6 +43,16 @@ describe('E2B kernels', { concurrency: CONCURRENCY }, () => {
     assert.equal((await runOk(sbx, "path.join('a', 'b') + (waited + 1)", { language: 'js' })).text, 'a/b42')
     const err = await sbx.runCode("require('no-such-module-here')", { language: 'javascript' })
     assert.ok(err.error && err.error.value.includes('no-such-module-here'), JSON.stringify(err.error))
+    // The last expression is displayed (util.inspect), console.log is stdout,
+    // and a throw is the error's name, message and stack.
+    const shown = await runOk(sbx, "console.log('side', 1)\n({ a: 1, b: [2] })", { language: 'js' })
+    assert.equal(shown.text, '{ a: 1, b: [ 2 ] }')
+    assert.deepEqual(shown.logs.stdout, ['side 1\n'])
+    const thrown = await sbx.runCode("throw new TypeError('bad js')", { language: 'js' })
+    assert.equal(thrown.error?.name, 'TypeError', JSON.stringify(thrown.error))
+    assert.equal(thrown.error.value, 'bad js')
+    assert.match(thrown.error.traceback, /TypeError: bad js/)
+    assert.equal((await runOk(sbx, 'waited', { language: 'js' })).text, '41', 'state survives an error')
   })
 
   test('packages in node_modules and npm install in the sandbox', async (t) => {

@@ -58,6 +58,16 @@ def test_javascript_is_node(sandbox):
     assert run_ok(sandbox, "path.join('a', 'b') + (waited + 1) + typeof promisify", language="js").text == "a/b42function"
     err = sandbox.run_code("require('no-such-module-here')", language="javascript")
     assert err.error is not None and "no-such-module-here" in err.error.value
+    # The last expression is displayed (util.inspect), console.log is stdout,
+    # and a throw is the error's name, message and stack.
+    shown = run_ok(sandbox, "console.log('side', 1)\n({ a: 1, b: [2] })", language="js")
+    assert shown.text == "{ a: 1, b: [ 2 ] }"
+    assert shown.logs.stdout == ["side 1\n"]
+    thrown = sandbox.run_code("throw new TypeError('bad js')", language="js")
+    assert thrown.error is not None and thrown.error.name == "TypeError", thrown.error
+    assert thrown.error.value == "bad js"
+    assert "TypeError: bad js" in thrown.error.traceback
+    assert run_ok(sandbox, "waited", language="js").text == "41", "state survives an error"
 
 
 def test_packages_in_node_modules_and_npm_install(sandbox):
