@@ -45,7 +45,7 @@ describe('E2B kernels', { concurrency: CONCURRENCY }, () => {
     assert.ok(err.error && err.error.value.includes('no-such-module-here'), JSON.stringify(err.error))
     // The last expression is displayed (util.inspect), console.log is stdout,
     // and a throw is the error's name, message and stack.
-    const shown = await runOk(sbx, "console.log('side', 1)\n({ a: 1, b: [2] })", { language: 'js' })
+    const shown = await runOk(sbx, "console.log('side', 1);\n({ a: 1, b: [2] })", { language: 'js' })
     assert.equal(shown.text, '{ a: 1, b: [ 2 ] }')
     assert.deepEqual(shown.logs.stdout, ['side 1\n'])
     const thrown = await sbx.runCode("throw new TypeError('bad js')", { language: 'js' })

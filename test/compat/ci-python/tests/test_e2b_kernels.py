@@ -60,7 +60,7 @@ def test_javascript_is_node(sandbox):
     assert err.error is not None and "no-such-module-here" in err.error.value
     # The last expression is displayed (util.inspect), console.log is stdout,
     # and a throw is the error's name, message and stack.
-    shown = run_ok(sandbox, "console.log('side', 1)\n({ a: 1, b: [2] })", language="js")
+    shown = run_ok(sandbox, "console.log('side', 1);\n({ a: 1, b: [2] })", language="js")
     assert shown.text == "{ a: 1, b: [ 2 ] }"
     assert shown.logs.stdout == ["side 1\n"]
     thrown = sandbox.run_code("throw new TypeError('bad js')", language="js")
