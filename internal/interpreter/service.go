@@ -121,7 +121,7 @@ type Context struct {
 type codeContext struct {
 	Context
 	seq     int
-	rank    int // position in the list: the default languages first (in Config.DefaultLanguages order), then the rest
+	rank    int // position in the list: the default contexts first (defaultRank), then the rest
 	eng     engine
 	sem     chan struct{}
 	deleted atomic.Bool
@@ -485,9 +485,7 @@ func (s *Service) createContext(ctx context.Context, sp contextSpec) (*codeConte
 	c := &codeContext{Context: Context{ID: id, Language: sp.language, Cwd: cwd}, eng: eng, sem: make(chan struct{}, 1),
 		rank: len(s.cfg.DefaultLanguages)}
 	if sp.isDefault {
-		if i := slices.IndexFunc(s.cfg.DefaultLanguages, func(l string) bool { return NormalizeLanguage(l) == sp.language }); i >= 0 {
-			c.rank = i
-		}
+		c.rank = s.defaultRank(sp.language)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -602,8 +600,22 @@ func (s *Service) pythonArgs() []string {
 	return args
 }
 
-// list returns the live contexts: the default contexts of Config.DefaultLanguages
-// first, in that order, then the others in creation order.
+// defaultRank is the list position of language's default context: Python's
+// first (it is started first, and E2B lists python, javascript), then the other
+// languages of Config.DefaultLanguages in their order.
+func (s *Service) defaultRank(language string) int {
+	if language == LangPython {
+		return -1
+	}
+	i := slices.IndexFunc(s.cfg.DefaultLanguages, func(l string) bool { return NormalizeLanguage(l) == language })
+	if i < 0 {
+		return len(s.cfg.DefaultLanguages)
+	}
+	return i
+}
+
+// list returns the live contexts: the default contexts first (defaultRank),
+// then the others in creation order.
 func (s *Service) list() []Context {
 	s.mu.Lock()
 	all := make([]*codeContext, 0, len(s.contexts))
