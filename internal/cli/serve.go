@@ -87,7 +87,7 @@ cubby keys create.`,
 	f.BoolVar(&cfg.Userns, "userns", true, "give each sandbox its own user namespace: root inside is an unprivileged host uid of a 65536-id range (--userns=false: root inside is host root)")
 	f.StringVar(&cfg.RunDir, "run-dir", "", "directory of the sandboxes' rootfs mount points, reachable by their mapped roots (default /run/cubby/<hash of the data dir>)")
 	f.StringVar(&cfg.RunscBinary, "runsc", "", "gVisor runsc binary (default: runsc next to the cubby binary, else on PATH)")
-	f.IntVar(&cfg.MemoryMB, "memory-mb", 1024, "memory limit of each sandbox in MiB (a cap, not a reservation): the default Python and JavaScript kernels of the code-interpreter template use ~300 MiB")
+	f.IntVar(&cfg.MemoryMB, "memory-mb", 1024, "memory limit of each sandbox in MiB (a cap, not a reservation): the default Python and JavaScript kernels of the code-interpreter template use ~150 MiB")
 	f.StringVar(&cfg.Runtime, "runtime", "runc", "default OCI runtime of new sandboxes: runc or runsc (gVisor)")
 	f.StringVar(&cfg.DefaultTemplate, "default-template", "base", "template used when a create names none; built on first start")
 	addBootFlags(cmd, &contexts, &preload)
