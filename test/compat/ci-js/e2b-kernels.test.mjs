@@ -7,8 +7,8 @@
 import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'
 import { describe, test } from 'node:test'
-import { Sandbox } from '@e2b/code-interpreter'
-import { CONCURRENCY, HOME, createSandbox, runOk } from './helpers.mjs'
+import { Sandbox, TimeoutError } from '@e2b/code-interpreter'
+import { CONCURRENCY, HOME, createSandbox, rejectsWith, runOk } from './helpers.mjs'
 
 describe('E2B kernels', { concurrency: CONCURRENCY }, () => {
   test('the default contexts exist right after create and are listed first', async (t) => {
@@ -53,6 +53,19 @@ describe('E2B kernels', { concurrency: CONCURRENCY }, () => {
     assert.equal(thrown.error.value, 'bad js')
     assert.match(thrown.error.traceback, /TypeError: bad js/)
     assert.equal((await runOk(sbx, 'waited', { language: 'js' })).text, '41', 'state survives an error')
+  })
+
+  test('javascript: a timeout interrupts a busy loop or an await with state kept; kernel death recovers', async (t) => {
+    const sbx = await createSandbox(t)
+    const js = { language: 'js' }
+    await runOk(sbx, 'var kept = 7', js)
+    await rejectsWith(sbx.runCode('while (true) {}', { ...js, timeoutMs: 3000 }), TimeoutError, /timed out/)
+    assert.equal((await runOk(sbx, 'kept + 1', { ...js, timeoutMs: 15_000 })).text, '8', 'an interrupt keeps the state')
+    await rejectsWith(sbx.runCode('await new Promise(() => {})', { ...js, timeoutMs: 3000 }), TimeoutError, /timed out/)
+    assert.equal((await runOk(sbx, 'kept + 2', { ...js, timeoutMs: 15_000 })).text, '9')
+    const died = await sbx.runCode('process.exit(1)', { ...js, timeoutMs: 60_000 })
+    assert.ok(died.error?.name && died.error.value, `kernel death is an error: ${JSON.stringify(died.error)}`)
+    assert.equal((await runOk(sbx, 'typeof kept', { ...js, timeoutMs: 60_000 })).text, 'undefined', 'a new kernel has no state')
   })
 
   test('packages in node_modules and npm install in the sandbox', async (t) => {

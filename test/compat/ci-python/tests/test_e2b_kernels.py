@@ -12,6 +12,8 @@
 import json
 import uuid
 
+import pytest
+from e2b import TimeoutException
 from e2b_code_interpreter import Sandbox
 
 from helpers import HOME, run_ok
@@ -68,6 +70,19 @@ def test_javascript_is_node(sandbox):
     assert thrown.error.value == "bad js"
     assert "TypeError: bad js" in thrown.error.traceback
     assert run_ok(sandbox, "waited", language="js").text == "41", "state survives an error"
+
+
+def test_javascript_timeout_interrupts_and_kernel_death_recovers(sandbox):
+    run_ok(sandbox, "var kept = 7", language="js")
+    with pytest.raises(TimeoutException, match="timed out"):
+        sandbox.run_code("while (true) {}", language="js", timeout=3)
+    assert run_ok(sandbox, "kept + 1", language="js", timeout=15).text == "8", "an interrupt keeps the state"
+    with pytest.raises(TimeoutException, match="timed out"):
+        sandbox.run_code("await new Promise(() => {})", language="js", timeout=3)
+    assert run_ok(sandbox, "kept + 2", language="js", timeout=15).text == "9"
+    died = sandbox.run_code("process.exit(1)", language="js", timeout=60)
+    assert died.error is not None and died.error.name and died.error.value, "kernel death is an error"
+    assert run_ok(sandbox, "typeof kept", language="js", timeout=60).text == "undefined", "a new kernel has no state"
 
 
 def test_packages_in_node_modules_and_npm_install(sandbox):
