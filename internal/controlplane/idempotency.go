@@ -57,11 +57,12 @@ func (f *inflight) end(k idemKey) {
 	delete(f.busy, k)
 }
 
-// idempotencyScope is the caller an Idempotency-Key belongs to: a hash of the
-// request's API key, so that two callers' keys never collide.
+// idempotencyScope is the caller an Idempotency-Key belongs to: its team and a
+// hash of the request's API key, so that two callers' keys never collide and a
+// replay never crosses teams.
 func idempotencyScope(r *http.Request) string {
 	sum := sha256.Sum256([]byte(r.Header.Get("X-API-KEY")))
-	return hex.EncodeToString(sum[:])
+	return teamOf(r) + "/" + hex.EncodeToString(sum[:])
 }
 
 // fingerprint hashes what a create asks for (the decoded body, the API version
