@@ -8,7 +8,8 @@
 //     top-level await work, declarations persist across cells;
 //   - helpers and interrupts in the session from session.js: a SIGINT (sent
 //     to the kernel's process group) interrupts the running cell only, the
-//     session keeps its state;
+//     session keeps its state; the kernel repeats it to the session while the
+//     cell is still in flight (it may not have reached the session yet);
 //   - silent execute_requests (Jupyter messaging 5.3) that publish nothing and
 //     do not count as executions;
 //   - the kernel process exiting when its session process dies (process.exit
@@ -55,8 +56,39 @@ function main(argv) {
       if (cb) cb(...args)
     })
   }
-  // Interrupts are the session's business (session.js); the kernel ignores them.
-  process.on('SIGINT', () => {})
+  // Interrupts are the session's business (session.js); the kernel only makes
+  // sure the cell in flight gets one (resendInterrupt).
+  process.on('SIGINT', () => resendInterrupt(kernel.session))
+}
+
+// RESEND_MS and RESEND_FOR bound resendInterrupt (milliseconds); Cubby kills a
+// kernel whose interrupted cell has not ended within 3 s.
+const RESEND_MS = 200
+const RESEND_FOR = 2500
+
+/**
+ * resendInterrupt signals the session process again while the cell that was
+ * in flight when the kernel got a SIGINT is still the session's task. The
+ * kernel transforms a cell before sending it, so a SIGINT can reach the
+ * session before the cell does, between cells, where it does nothing; the
+ * repeats interrupt the cell once it runs. They stop when the cell ends,
+ * before the session is given the next one.
+ */
+function resendInterrupt(session) {
+  const task = session._currentTask
+  if (!task) return
+  const started = Date.now()
+  const timer = setInterval(() => {
+    if (session._currentTask !== task || Date.now() - started > RESEND_FOR) {
+      clearInterval(timer)
+      return
+    }
+    try {
+      process.kill(session._server.pid, 'SIGINT')
+    } catch {
+      clearInterval(timer)
+    }
+  }, RESEND_MS)
 }
 
 /** kernelInfo is the content of kernel_info_reply. */
