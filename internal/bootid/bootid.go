@@ -11,10 +11,7 @@ package bootid
 
 import (
 	"crypto/rand"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -68,27 +65,25 @@ func Write(file string) (string, error) {
 }
 
 // Hook returns the OCI createContainer hook that runs `exe oci-hook boot-id
-// file` (RunHook) for a container (OCI runtime spec, config.md "POSIX-platform
-// Hooks": createContainer hooks run in the container's mount namespace after
-// its mounts are set up and before pivot_root).
-func Hook(exe, file string) specs.Hook {
+// file root` (RunHook) for a container whose root filesystem is mounted at root
+// (OCI runtime spec, config.md "POSIX-platform Hooks": createContainer hooks run
+// in the container's namespaces, its user namespace included, after its mounts
+// are set up and before pivot_root). file and root must be reachable by the
+// container's root: with a user namespace, that is a host uid without access to
+// root-only directories.
+func Hook(exe, file, root string) specs.Hook {
 	args := append([]string{exe}, HookCommand...)
-	return specs.Hook{Path: exe, Args: append(args, file)}
+	return specs.Hook{Path: exe, Args: append(args, file, root)}
 }
 
 // RunHook binds file read-only over the boot_id of the container being
-// created. state is the hook's stdin, the container's OCI state (JSON with
-// "bundle"); the root filesystem comes from the bundle's config.json. The
-// target must be on procfs (the container's /proc is mounted by then), so a
-// root filesystem cannot redirect the bind elsewhere. Errors name the step.
-func RunHook(state io.Reader, file string) error {
-	var st specs.State
-	if err := json.NewDecoder(io.LimitReader(state, 1<<20)).Decode(&st); err != nil {
-		return fmt.Errorf("boot id hook: read container state: %w", err)
-	}
-	root, err := rootOf(st.Bundle)
-	if err != nil {
-		return err
+// created, whose root filesystem is mounted at root. The target must be on
+// procfs (the container's /proc is mounted by then) and is opened without
+// following symbolic links, so a root filesystem cannot redirect the bind
+// elsewhere. Errors name the step.
+func RunHook(file, root string) error {
+	if !filepath.IsAbs(root) || !filepath.IsAbs(file) {
+		return fmt.Errorf("boot id hook: %q and %q must be absolute paths", file, root)
 	}
 	target := filepath.Join(root, Path)
 	fd, err := openNoSymlinks(root, Path)
@@ -125,27 +120,4 @@ func openNoSymlinks(root, rel string) (int, error) {
 	defer unix.Close(dir)
 	how := unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
 	return unix.Openat2(dir, strings.TrimPrefix(rel, "/"), &how)
-}
-
-// rootOf returns the absolute root filesystem path of the bundle's config.json.
-func rootOf(bundle string) (string, error) {
-	if bundle == "" {
-		return "", errors.New("boot id hook: container state names no bundle")
-	}
-	data, err := os.ReadFile(filepath.Join(bundle, "config.json"))
-	if err != nil {
-		return "", fmt.Errorf("boot id hook: %w", err)
-	}
-	var spec specs.Spec
-	if err := json.Unmarshal(data, &spec); err != nil {
-		return "", fmt.Errorf("boot id hook: parse config.json: %w", err)
-	}
-	if spec.Root == nil || spec.Root.Path == "" {
-		return "", errors.New("boot id hook: config.json has no root path")
-	}
-	root := spec.Root.Path
-	if !filepath.IsAbs(root) {
-		root = filepath.Join(bundle, root)
-	}
-	return root, nil
 }

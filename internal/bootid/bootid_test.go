@@ -1,7 +1,6 @@
 package bootid
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -9,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
 
@@ -38,24 +36,11 @@ func TestWrite(t *testing.T) {
 }
 
 func TestHook(t *testing.T) {
-	h := Hook("/usr/bin/cubby", "/var/lib/x/boot_id")
-	want := []string{"/usr/bin/cubby", "oci-hook", "boot-id", "/var/lib/x/boot_id"}
+	h := Hook("/usr/bin/cubby", "/run/x/boot_id", "/run/x/rootfs")
+	want := []string{"/usr/bin/cubby", "oci-hook", "boot-id", "/run/x/boot_id", "/run/x/rootfs"}
 	if h.Path != "/usr/bin/cubby" || strings.Join(h.Args, " ") != strings.Join(want, " ") {
 		t.Fatalf("Hook = %+v", h)
 	}
-}
-
-// bundle writes a bundle whose config.json names root and returns the state a
-// runtime would pass the hook.
-func bundle(t *testing.T, root string) *strings.Reader {
-	t.Helper()
-	dir := t.TempDir()
-	cfg, _ := json.Marshal(specs.Spec{Version: "1.0.2", Root: &specs.Root{Path: root}})
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), cfg, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	st, _ := json.Marshal(specs.State{Version: "1.0.2", ID: "c", Status: specs.StateCreating, Pid: 1, Bundle: dir})
-	return strings.NewReader(string(st))
 }
 
 // TestRunHook mounts a procfs under a fake root filesystem in a private mount
@@ -97,7 +82,7 @@ func checkHook(t *testing.T) {
 		t.Error(err)
 		return
 	}
-	if err := RunHook(bundle(t, root), file); err != nil {
+	if err := RunHook(file, root); err != nil {
 		t.Errorf("RunHook: %v", err)
 		return
 	}
@@ -119,7 +104,7 @@ func checkHook(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(fake, Path), []byte("old\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := RunHook(bundle(t, fake), file); err == nil || !strings.Contains(err.Error(), "not on procfs") {
+	if err := RunHook(file, fake); err == nil || !strings.Contains(err.Error(), "not on procfs") {
 		t.Errorf("RunHook on a non-procfs boot_id = %v, want a procfs error", err)
 	}
 	// A root whose /proc is a symbolic link (to the procfs above) is refused.
@@ -127,10 +112,10 @@ func checkHook(t *testing.T) {
 	if err := os.Symlink(filepath.Join(root, "proc"), filepath.Join(linked, "proc")); err != nil {
 		t.Fatal(err)
 	}
-	if err := RunHook(bundle(t, linked), file); err == nil {
+	if err := RunHook(file, linked); err == nil {
 		t.Error("RunHook through a symlinked /proc succeeded")
 	}
-	if err := RunHook(strings.NewReader(`{"bundle":""}`), file); err == nil {
-		t.Error("RunHook without a bundle succeeded")
+	if err := RunHook(file, "relative/root"); err == nil {
+		t.Error("RunHook with a relative root succeeded")
 	}
 }

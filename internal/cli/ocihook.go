@@ -1,14 +1,12 @@
 package cli
 
 import (
-	"os"
-
 	"github.com/spf13/cobra"
 
 	"github.com/cubby-dev/cubby/internal/bootid"
 )
 
-// newOCIHookCmd is `cubby oci-hook boot-id FILE`, the OCI createContainer hook
+// newOCIHookCmd is `cubby oci-hook boot-id FILE ROOTFS`, the OCI createContainer hook
 // the local backend puts in runc bundles (package bootid). Not for users.
 func newOCIHookCmd() *cobra.Command {
 	hook := &cobra.Command{
@@ -17,11 +15,11 @@ func newOCIHookCmd() *cobra.Command {
 		Hidden: true,
 	}
 	hook.AddCommand(&cobra.Command{
-		Use:   bootid.HookCommand[1] + " FILE",
-		Short: "Bind FILE over the boot_id of the container being created (OCI state on stdin)",
-		Args:  cobra.ExactArgs(1),
+		Use:   bootid.HookCommand[1] + " FILE ROOTFS",
+		Short: "Bind FILE over the boot_id of the container being created, its root filesystem at ROOTFS",
+		Args:  cobra.ExactArgs(2),
 		RunE: func(_ *cobra.Command, args []string) error {
-			return bootid.RunHook(os.Stdin, args[0])
+			return bootid.RunHook(args[0], args[1])
 		},
 	})
 	return hook

@@ -216,7 +216,7 @@ func (b *Backend) writeBundle(req backend.CreateRequest, s *sandbox, rt runtime.
 	mounts = append(mounts, b.volumeMounts(s)...)
 	var hooks *specs.Hooks
 	if s.Runtime == runc.Name {
-		hooks = &specs.Hooks{CreateContainer: []specs.Hook{bootid.Hook(b.cfg.AgentBinary, b.bootIDFile(s.ID))}}
+		hooks = &specs.Hooks{CreateContainer: []specs.Hook{bootid.Hook(b.cfg.AgentBinary, b.bootIDFile(s), rootPath)}}
 	}
 	spec, err := oci.Build(oci.Options{
 		ID:          req.SandboxID,
@@ -244,9 +244,10 @@ func (b *Backend) writeBundle(req backend.CreateRequest, s *sandbox, rt runtime.
 }
 
 // bootIDFile is the per-sandbox file the boot ID hook binds over the boot_id
-// of a runc sandbox.
-func (b *Backend) bootIDFile(id string) string {
-	return filepath.Join(b.sandboxDir(id), "boot_id")
+// of a runc sandbox: next to its rootfs mount point, in the run dir its mapped
+// root can reach (the hook runs in the sandbox's user namespace).
+func (b *Backend) bootIDFile(s *sandbox) string {
+	return filepath.Join(filepath.Dir(b.disk(s).Rootfs), "boot_id")
 }
 
 // newBootID gives the next start of a runc sandbox a fresh boot ID (runc
@@ -256,7 +257,7 @@ func (b *Backend) newBootID(s *sandbox) error {
 	if s.Runtime != runc.Name {
 		return nil
 	}
-	if _, err := bootid.Write(b.bootIDFile(s.ID)); err != nil {
+	if _, err := bootid.Write(b.bootIDFile(s)); err != nil {
 		return fmt.Errorf("sandbox %s: %w", s.ID, err)
 	}
 	return nil
