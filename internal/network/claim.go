@@ -65,6 +65,16 @@ func (m *Manager) claim(checkSubnet bool) error {
 	return nil
 }
 
+// unlock releases the bridge lock, if held.
+func (m *Manager) unlock() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.lock != nil {
+		m.lock.Close()
+		m.lock = nil
+	}
+}
+
 // lockBridge takes dir/<bridge>.lock and writes the caller's pid into it.
 func lockBridge(dir, bridge string) (*os.File, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -137,6 +137,10 @@ func newManagerNoSetup(tb testing.TB, cfg Config) *Manager {
 	return m
 }
 
+// releaseClaim drops m's bridge lock as the exit of its process would, so that
+// a Manager standing for a restarted server can claim the bridge.
+func releaseClaim(m *Manager) { m.unlock() }
+
 // inNetns runs fn inside the netns at path (nettest.InNetns).
 func inNetns(path string, fn func() error) error { return nettest.InNetns(path, fn) }
 

@@ -174,12 +174,7 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 // is left as is.
 func (m *Manager) Close() error {
 	m.host.Close()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.lock != nil {
-		m.lock.Close()
-		m.lock = nil
-	}
+	m.unlock()
 	return nil
 }
 

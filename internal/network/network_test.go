@@ -214,6 +214,7 @@ func TestAdoptAndSweep(t *testing.T) {
 	must(t, m.SetInternetAccess(ctx, "sz", false))
 
 	// A restarted server: same config, empty state.
+	releaseClaim(m)
 	m2, err := New(m.cfg, nil)
 	must(t, err)
 	defer m2.Close()
@@ -366,6 +367,7 @@ func TestSweepRemovesVethWithoutNetnsFile(t *testing.T) {
 	must(t, err)
 	defer unix.Close(fd)
 	must(t, removeNetns(a.NetnsPath))
+	releaseClaim(m)
 	m2, err := New(m.cfg, nil)
 	must(t, err)
 	defer m2.Close()
