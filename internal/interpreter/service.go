@@ -241,6 +241,9 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{cfg: cfg, log: cfg.Log, acct: acct, specDirs: cfg.KernelSpecDirs,
 		contexts: map[string]*codeContext{}, defaults: map[string]*codeContext{},
 		creating: map[string]chan struct{}{}, defaultsDone: make(chan struct{}), created: make(chan struct{})}
+	if len(cfg.DefaultLanguages) == 0 {
+		s.markCreated() // no default contexts to wait for
+	}
 	if !cfg.NoZygote {
 		s.fork = newForkServer(s.zygoteConfig, cfg.StartTimeout, cfg.Log)
 	}
@@ -338,7 +341,8 @@ func (s *Service) StartDefaults(ctx context.Context) error {
 func (s *Service) markCreated() { s.createdOnce.Do(func() { close(s.created) }) }
 
 // DefaultsCreated returns a channel closed once every default context exists
-// (or failed to start); the /contexts API waits for it.
+// (or failed to start), by StartDefaults, Close, or New when
+// Config.DefaultLanguages is empty; the /contexts API waits for it.
 func (s *Service) DefaultsCreated() <-chan struct{} { return s.created }
 
 // refork restarts the default context of language (Python) through the fork
