@@ -106,7 +106,7 @@ func (m *Manager) checkSubnet() error {
 	if err != nil {
 		return err
 	}
-	routes, err := m.host.RouteList(nil, netlink.FAMILY_V4)
+	routes, err := whole(func() ([]netlink.Route, error) { return m.host.RouteList(nil, netlink.FAMILY_V4) })
 	if err != nil {
 		return fmt.Errorf("list routes: %w", err)
 	}
@@ -119,7 +119,7 @@ func (m *Manager) checkSubnet() error {
 			return m.conflict("route "+p.String(), r.LinkIndex)
 		}
 	}
-	addrs, err := m.host.AddrList(nil, netlink.FAMILY_V4)
+	addrs, err := whole(func() ([]netlink.Addr, error) { return m.host.AddrList(nil, netlink.FAMILY_V4) })
 	if err != nil {
 		return fmt.Errorf("list addresses: %w", err)
 	}
@@ -134,11 +134,27 @@ func (m *Manager) checkSubnet() error {
 	return nil
 }
 
+// dumpTries bounds the retries of a netlink dump the kernel interrupted.
+const dumpTries = 10
+
+// whole runs the netlink dump list again while the kernel reports it
+// interrupted (netlink.ErrDumpInterrupted: the table changed meanwhile, as it
+// does while other servers attach sandboxes), so a check never judges a
+// partial list. Errors: the dump's, or its interruption after dumpTries tries.
+func whole[T any](list func() ([]T, error)) ([]T, error) {
+	for i := 1; ; i++ {
+		v, err := list()
+		if !errors.Is(err, netlink.ErrDumpInterrupted) || i == dumpTries {
+			return v, err
+		}
+	}
+}
+
 // ownLinks are the indexes of the bridge and of the host links of the
 // Manager's sandboxes (their alias starts with aliasPrefix): a restarted server
 // finds the /32 routes of the sandboxes it kept on those.
 func (m *Manager) ownLinks() (map[int]bool, error) {
-	links, err := m.host.LinkList()
+	links, err := whole(m.host.LinkList)
 	if err != nil {
 		return nil, fmt.Errorf("list links: %w", err)
 	}

@@ -85,3 +85,24 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// TestWholeRetriesInterruptedDumps checks that an interrupted netlink dump is
+// listed again, and that one interrupted every time ends in the error.
+func TestWholeRetriesInterruptedDumps(t *testing.T) {
+	calls := 0
+	got, err := whole(func() ([]int, error) {
+		calls++
+		if calls < 3 {
+			return []int{1}, netlink.ErrDumpInterrupted
+		}
+		return []int{1, 2}, nil
+	})
+	if err != nil || len(got) != 2 || calls != 3 {
+		t.Fatalf("whole = %v, %v after %d calls; want [1 2] after 3", got, err, calls)
+	}
+	calls = 0
+	_, err = whole(func() ([]int, error) { calls++; return nil, netlink.ErrDumpInterrupted })
+	if !errors.Is(err, netlink.ErrDumpInterrupted) || calls != dumpTries {
+		t.Fatalf("always interrupted: %v after %d calls, want ErrDumpInterrupted after %d", err, calls, dumpTries)
+	}
+}
