@@ -180,14 +180,9 @@ func (s *Service) ttl(sec *int32, def time.Duration) (time.Duration, error) {
 // killed with the cause as reason and returns the error.
 func (s *Service) create(ctx context.Context, sp createSpec) (store.Sandbox, error) {
 	ref, err := s.resolveTemplate(ctx, &sp)
-<<<<<<< HEAD
 	// A snapshot is the team's own: its template stays usable to it.
 	if errors.Is(err, ErrTemplateNotFound) || (err == nil && sp.snapshot == "" && !ref.visibleTo(sp.team)) {
-		return store.Sandbox{}, &httpError{status: 404, msg: fmt.Sprintf("template '%s' not found", sp.template)}
-=======
-	if errors.Is(err, ErrTemplateNotFound) {
 		return store.Sandbox{}, &httpError{status: 404, msg: templateNotFound(sp.template)}
->>>>>>> 36ed882 (Compat suites: two SDK sets (pinned, latest) in lock files, run in two lanes with content-cached installs; tests of E2B parity, kernels, second server; quickstart builds code-interpreter and runs runCode with a chart; README)
 	}
 	if err != nil {
 		return store.Sandbox{}, fmt.Errorf("resolve template %q: %w", sp.template, err)

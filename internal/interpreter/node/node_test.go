@@ -50,7 +50,10 @@ func TestTransform(t *testing.T) {
 		if tdir == "" {
 			t.Skip("set CUBBY_TEMPLATES_DIR (a built code-interpreter template) or CUBBY_NODE_PATH (node_modules with typescript)")
 		}
-		m := template.NewManager(tdir, nil)
+		m, err := template.NewManager(tdir, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
 		info, err := m.Get("code-interpreter")
 		if err != nil {
 			t.Skipf("code-interpreter template not built in %s: %v", tdir, err)
