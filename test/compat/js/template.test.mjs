@@ -43,6 +43,9 @@ test('fromImage with credentials: apt, copy, env, workdir, user, start and ready
   const logs = []
   const t = Template({ fileContextPath: context() })
     .fromImage(image, creds)
+    // Steps are cached by all before them: a step of this run's own keeps
+    // another SDK set's run of this suite (same server) from caching these.
+    .setEnvs({ COMPAT_RUN: suffix })
     .aptInstall(['python3', 'iproute2', 'curl'])
     .copy('app', '/app')
     .copy('config.json', '/etc/myapp/config.json', { mode: 0o600, user: 'root' })
@@ -117,7 +120,8 @@ test('Docker Hub names resolve (through the server\'s registry mirror)', { timeo
 
 test('a rebuild after changing the last step reuses every earlier step', { timeout: 900_000 }, async () => {
   const name = `compat-cache-${suffix}`
-  const base = () => Template().fromTemplate('base').runCmd('echo one > /tmp/one').runCmd('echo two > /tmp/two')
+  const base = () =>
+    Template().fromTemplate('base').setEnvs({ COMPAT_RUN: suffix }).runCmd('echo one > /tmp/one').runCmd('echo two > /tmp/two')
   await Template.build(base().runCmd('echo a > /tmp/last'), name)
   const logs = []
   await Template.build(base().runCmd('echo b > /tmp/last'), name, { onBuildLogs: (e) => logs.push(e.message) })

@@ -50,6 +50,9 @@ def test_image_with_credentials_and_steps(context_dir: Path):
             username=os.environ["CUBBY_TEST_REGISTRY_USER"],
             password=os.environ["CUBBY_TEST_REGISTRY_PASSWORD"],
         )
+        # Steps are cached by all before them: a step of this run's own keeps
+        # another SDK set's run of this suite (same server) from caching these.
+        .set_envs({"COMPAT_RUN": SUFFIX})
         .apt_install(["python3", "python3-pip", "curl"])
         .copy("site", "/srv/site")
         .copy("requirements.txt", "/srv/")
@@ -89,6 +92,7 @@ async def test_async_template_from_base_with_user_and_cache():
         return (
             AsyncTemplate()
             .from_template("base")
+            .set_envs({"COMPAT_RUN": SUFFIX})  # not cached from another SDK set's run
             .set_user("root")
             .run_cmd("mkdir -p /opt/tool && echo 1 > /opt/tool/version")
             .set_user("user")
