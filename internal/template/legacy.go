@@ -50,6 +50,9 @@ func (m *Manager) legacyRead(id string) (Info, error) {
 // legacyList returns every legacy template with a current tree.
 func (m *Manager) legacyList() ([]Info, error) {
 	entries, err := os.ReadDir(m.dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil // nothing built yet: a first start
+	}
 	if err != nil {
 		return nil, fmt.Errorf("list templates: %w", err)
 	}

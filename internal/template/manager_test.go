@@ -234,3 +234,19 @@ func TestNoWritesOnRead(t *testing.T) {
 		t.Errorf("reads wrote %v", entries)
 	}
 }
+
+// TestMissingDirIsEmpty: a first start has no templates directory yet; the
+// manager lists nothing and reports ErrNotFound, so the server builds the
+// built-in template instead of failing (make quickstart on a fresh data dir).
+func TestMissingDirIsEmpty(t *testing.T) {
+	m, err := NewManager(filepath.Join(t.TempDir(), "templates"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := m.List(); err != nil || len(l) != 0 {
+		t.Fatalf("List of a missing dir = %v, %v; want none, nil", l, err)
+	}
+	if _, err := m.Get("base"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get of a missing dir = %v; want ErrNotFound", err)
+	}
+}
