@@ -348,6 +348,33 @@ func (s *Store) MarkKilled(ctx context.Context, id string, at time.Time, reason 
 		toMS(at), reason)
 }
 
+// MarkExpired moves a running sandbox whose deadline is at or before at to
+// killed with the time and reason, dropping its secrets as MarkKilled does. It
+// is atomic with SetEndAt: of a deadline extension and an expiry racing on
+// several servers, exactly one applies. Returns ErrConflict when the sandbox is
+// paused or its deadline is after at, ErrNotFound when unknown or killed.
+func (s *Store) MarkExpired(ctx context.Context, id string, at time.Time, reason string) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET state = 'killed', killed_at = ?, kill_reason = ?,
+		access_token = '', traffic_token = '', env_vars = '{}' WHERE id = ? AND state = 'running' AND end_at <= ?`,
+		toMS(at), reason, id, toMS(at))
+	if err != nil {
+		return fmt.Errorf("expire sandbox %s: %w", id, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("expire sandbox %s: %w", id, err)
+	} else if n == 1 {
+		return nil
+	}
+	sb, err := s.GetSandbox(ctx, id)
+	switch {
+	case err != nil:
+		return err
+	case sb.State == StateKilled:
+		return fmt.Errorf("sandbox %s: %w", id, ErrNotFound)
+	}
+	return fmt.Errorf("sandbox %s is %s until %s: %w", id, sb.State, sb.EndAt.Format(time.RFC3339Nano), ErrConflict)
+}
+
 // transition applies set to the record when its state is one of from. When no row
 // changes it reports ErrNotFound (missing or killed) or ErrConflict (other state).
 func (s *Store) transition(ctx context.Context, id string, from []State, set string, args ...any) error {

@@ -141,44 +141,6 @@ func TestOpenRestrictsFiles(t *testing.T) {
 	checkModes("reopened")
 }
 
-func TestTeams(t *testing.T) {
-	s, _ := openTest(t)
-	ctx := context.Background()
-	for i, k := range []APIKey{
-		{ID: "k1", Name: "a", Hash: []byte{1}, CreatedAt: time.Now()},
-		{ID: "k2", Name: "b", Team: "other", Hash: []byte{2}, CreatedAt: time.Now()},
-		{ID: "k3", Name: "c", Team: "other", Hash: []byte{3}, CreatedAt: time.Now()},
-	} {
-		if err := s.InsertAPIKey(ctx, k); err != nil {
-			t.Fatalf("key %d: %v", i, err)
-		}
-	}
-	teams, err := s.ListTeams(ctx)
-	if err != nil || len(teams) != 2 || teams[0].Name != DefaultTeam || teams[1].Name != "other" {
-		t.Fatalf("teams = %+v, %v", teams, err)
-	}
-	keys, _ := s.ActiveAPIKeys(ctx)
-	if keys[0].Team != DefaultTeam || keys[1].Team != "other" || keys[2].Team != "other" {
-		t.Fatalf("key teams = %+v", keys)
-	}
-	mine, theirs := rec("s1", time.Now(), nil), rec("s2", time.Now(), nil)
-	theirs.Team = "other"
-	for _, r := range []Sandbox{mine, theirs} {
-		if err := s.InsertSandbox(ctx, r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for team, want := range map[string]string{DefaultTeam: "s1", "other": "s2"} {
-		got, err := s.ListSandboxes(ctx, SandboxFilter{Team: team})
-		if err != nil || len(got) != 1 || got[0].ID != want || got[0].Team != team {
-			t.Errorf("team %s lists %+v, %v", team, got, err)
-		}
-	}
-	if all, _ := s.ListSandboxes(ctx, SandboxFilter{}); len(all) != 2 {
-		t.Errorf("unfiltered list = %d records", len(all))
-	}
-}
-
 // oldDatabase creates a database at schema version (the first version
 // migrations applied), runs queries on it and returns its path, closed.
 func oldDatabase(t *testing.T, version int, queries ...string) string {
