@@ -105,3 +105,30 @@ func (c *Client) Init(ctx context.Context, req InitRequest) error {
 	}
 	return nil
 }
+
+// Metrics fetches GET /metrics: one sample of the sandbox's resource use as
+// the agent sees it from inside. Errors: transport failures, a non-200 answer
+// (401 without the access token of a secured sandbox), an undecodable body.
+func (c *Client) Metrics(ctx context.Context) (Metrics, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/metrics", nil)
+	if err != nil {
+		return Metrics{}, fmt.Errorf("build metrics request: %w", err)
+	}
+	if c.token != "" {
+		req.Header.Set("X-Access-Token", c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return Metrics{}, fmt.Errorf("get metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return Metrics{}, fmt.Errorf("metrics answered %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
+	}
+	var m Metrics
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&m); err != nil {
+		return Metrics{}, fmt.Errorf("decode metrics: %w", err)
+	}
+	return m, nil
+}

@@ -63,6 +63,12 @@ type CreateRequest struct {
 	// sandbox boots from disk), Create returning once its ready command
 	// succeeds.
 	Start *StartCommand
+	// Team, Metadata and Deadline describe the sandbox to backends that label
+	// what they run for operators and other replicas (the kubernetes backend's
+	// Pod labels and annotations); the local backend ignores them.
+	Team     string
+	Metadata map[string]string
+	Deadline time.Time
 }
 
 // StartCommand is a template's start and ready commands (E2B startCmd,
@@ -124,6 +130,28 @@ var ErrSnapshotNotFound = errors.New("snapshot not found in backend")
 // ErrTooDeep is returned by Snapshot for a sandbox started from a chain of
 // snapshots as long as the backend stacks.
 var ErrTooDeep = errors.New("snapshot chain too long")
+
+// GoneError is a sandbox the backend ran and no longer runs, with why (e.g.
+// "pod evicted: The node was low on resource: memory"). errors.Is(err,
+// ErrNotFound) holds for it.
+type GoneError struct {
+	SandboxID string
+	Reason    string
+}
+
+// Error implements error.
+func (e *GoneError) Error() string { return "sandbox " + e.SandboxID + " is gone: " + e.Reason }
+
+// Is makes a GoneError match ErrNotFound.
+func (e *GoneError) Is(target error) bool { return target == ErrNotFound }
+
+// ErrInvalid is wrapped by Create when the request cannot run as configured
+// (e.g. a runtime class the cluster does not have); the control plane answers 400.
+var ErrInvalid = errors.New("invalid sandbox request")
+
+// ErrUnavailable is wrapped when what runs sandboxes cannot be reached (e.g.
+// the Kubernetes API); the control plane answers 503.
+var ErrUnavailable = errors.New("backend unavailable")
 
 // PauseMode says what a paused sandbox kept (reported by getInfo as `pauseMode`).
 type PauseMode string

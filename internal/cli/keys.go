@@ -13,6 +13,7 @@ import (
 
 	"github.com/cubby-dev/cubby/internal/controlplane"
 	"github.com/cubby-dev/cubby/internal/store"
+	"github.com/cubby-dev/cubby/internal/store/postgres"
 )
 
 // keyJSON is the --json form of an API key record (never the key itself,
@@ -41,7 +42,7 @@ func toKeyJSON(k store.APIKey) keyJSON {
 // newKeysCmd is `cubby keys`: API keys are managed on the server host, in the
 // server's database, because the E2B API has no endpoint for them.
 func newKeysCmd() *cobra.Command {
-	var dataDir string
+	var loc keysLocation
 	cmd := &cobra.Command{
 		Use:   "keys",
 		Short: "Create, list and revoke API keys (on the server host)",
@@ -52,16 +53,35 @@ while the server runs. A new key is printed once; only its hash is stored.
 
 Every key belongs to a team (--team, default "default", the team of CUBBY_API_KEY).
 A sandbox belongs to the team of the key that created it: keys of other teams
-can neither see nor touch it, and limits (cubby serve --team-max-*) count per team.`,
+can neither see nor touch it, and limits (cubby serve --team-max-*) count per team.
+
+Replicas of --backend kubernetes share their keys in PostgreSQL: pass the same
+--store postgres://… instead of --data-dir, from anywhere that reaches it.`,
 	}
-	cmd.PersistentFlags().StringVar(&dataDir, "data-dir", "/var/lib/cubby", "server data directory (holds cubby.db)")
-	cmd.AddCommand(newKeysCreateCmd(&dataDir), newKeysListCmd(&dataDir), newKeysRevokeCmd(&dataDir))
+	cmd.PersistentFlags().StringVar(&loc.dataDir, "data-dir", "/var/lib/cubby", "server data directory (holds cubby.db)")
+	cmd.PersistentFlags().StringVar(&loc.store, "store", "", "the servers' PostgreSQL (postgres://…), as given to cubby serve --store; replaces --data-dir")
+	cmd.AddCommand(newKeysCreateCmd(&loc), newKeysListCmd(&loc), newKeysRevokeCmd(&loc))
 	return cmd
 }
 
-// withKeys opens the server database in dataDir and runs f with a control
-// plane that can only manage keys. create allows creating a missing database.
-func withKeys(ctx context.Context, dataDir string, create bool, f func(*controlplane.Service) error) error {
+// keysLocation is where the keys live: a data dir's SQLite database, or a
+// PostgreSQL store when store is set.
+type keysLocation struct {
+	dataDir, store string
+}
+
+// withKeys opens the keys' store at loc and runs f with a control plane that
+// can only manage keys. create allows creating a missing SQLite database.
+func withKeys(ctx context.Context, loc keysLocation, create bool, f func(*controlplane.Service) error) error {
+	if loc.store != "" {
+		db, err := postgres.Open(ctx, loc.store)
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		return withKeyService(ctx, db, f)
+	}
+	dataDir := loc.dataDir
 	st, err := os.Stat(dataDir)
 	if err != nil || !st.IsDir() {
 		return fmt.Errorf("data directory %s not found: pass the --data-dir given to cubby serve", dataDir)
@@ -75,7 +95,12 @@ func withKeys(ctx context.Context, dataDir string, create bool, f func(*controlp
 		return err
 	}
 	defer db.Close()
-	svc, err := controlplane.New(controlplane.Config{}, controlplane.Deps{Store: db})
+	return withKeyService(ctx, db, f)
+}
+
+// withKeyService runs f with a key-management control plane on st.
+func withKeyService(ctx context.Context, st controlplane.Store, f func(*controlplane.Service) error) error {
+	svc, err := controlplane.New(controlplane.Config{}, controlplane.Deps{Store: st})
 	if err != nil {
 		return err
 	}
@@ -83,7 +108,7 @@ func withKeys(ctx context.Context, dataDir string, create bool, f func(*controlp
 	return f(svc)
 }
 
-func newKeysCreateCmd(dataDir *string) *cobra.Command {
+func newKeysCreateCmd(loc *keysLocation) *cobra.Command {
 	var name, team string
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -91,7 +116,7 @@ func newKeysCreateCmd(dataDir *string) *cobra.Command {
 		Short: "Create an API key and print it (shown only this once)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withKeys(cmd.Context(), *dataDir, true, func(svc *controlplane.Service) error {
+			return withKeys(cmd.Context(), *loc, true, func(svc *controlplane.Service) error {
 				key, rec, err := svc.CreateTeamAPIKey(cmd.Context(), name, team)
 				if err != nil {
 					return err
@@ -113,7 +138,7 @@ func newKeysCreateCmd(dataDir *string) *cobra.Command {
 	return cmd
 }
 
-func newKeysListCmd(dataDir *string) *cobra.Command {
+func newKeysListCmd(loc *keysLocation) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:     "list",
@@ -121,7 +146,7 @@ func newKeysListCmd(dataDir *string) *cobra.Command {
 		Short:   "List API keys (masked), revoked ones included",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withKeys(cmd.Context(), *dataDir, false, func(svc *controlplane.Service) error {
+			return withKeys(cmd.Context(), *loc, false, func(svc *controlplane.Service) error {
 				keys, err := svc.ListAPIKeys(cmd.Context())
 				if err != nil {
 					return err
@@ -147,13 +172,13 @@ func newKeysListCmd(dataDir *string) *cobra.Command {
 	return cmd
 }
 
-func newKeysRevokeCmd(dataDir *string) *cobra.Command {
+func newKeysRevokeCmd(loc *keysLocation) *cobra.Command {
 	return &cobra.Command{
 		Use:   "revoke <key-id>",
 		Short: "Revoke an API key; it stops working at once",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withKeys(cmd.Context(), *dataDir, false, func(svc *controlplane.Service) error {
+			return withKeys(cmd.Context(), *loc, false, func(svc *controlplane.Service) error {
 				err := svc.RevokeAPIKey(cmd.Context(), args[0])
 				if errors.Is(err, controlplane.ErrKeyNotFound) {
 					return fmt.Errorf("no API key with ID %s: `cubby keys list` shows the IDs", args[0])

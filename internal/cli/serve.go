@@ -34,6 +34,7 @@ func newServeCmd() *cobra.Command {
 	var cfg server.Config
 	var subnet string
 	var pools, contexts, preload, resolvers []string
+	var kf kubeFlags
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the control plane (E2B REST API) and the sandbox gateway",
@@ -47,8 +48,11 @@ created on first start and printed once (written to <data-dir>/first-api-key, mo
 cubby keys create.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if os.Geteuid() != 0 {
+			if cfg.Backend != server.BackendKubernetes && os.Geteuid() != 0 {
 				return fmt.Errorf("cubby serve must run as root (it creates containers, mounts and network namespaces)")
+			}
+			if err := kf.apply(&cfg.Kube); err != nil {
+				return err
 			}
 			p, err := netip.ParsePrefix(subnet)
 			if err != nil {
@@ -105,6 +109,7 @@ cubby keys create.`,
 	f.BoolVar(&cfg.SandboxOutbound, "sandbox-outbound", false, "also pass the --outbound-ca bundle and the proxy variables to every sandbox (so pip, npm and curl work behind the gateway)")
 	f.IntVar(&cfg.BuildConcurrency, "build-concurrency", 1, "template builds run at once (later ones wait)")
 	f.DurationVar(&cfg.TemplateGCAge, "template-gc-age", 24*time.Hour, "remove template trees, layers and cached build steps no template or sandbox uses once they are this old")
+	addClusterFlags(cmd, &cfg, &kf)
 	return cmd
 }
 

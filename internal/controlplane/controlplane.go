@@ -92,7 +92,7 @@ func (c *Config) defaults() {
 // Deps are the components the control plane drives.
 type Deps struct {
 	// Store persists records and keys. Required.
-	Store *store.Store
+	Store Store
 	// Backend runs sandboxes. Required by Start and the sandbox routes; a Service
 	// built without one can only manage API keys.
 	Backend backend.Backend
@@ -115,29 +115,52 @@ type Deps struct {
 	// PruneTemplates, when set, is called after a template was deleted to
 	// remove what no template and no sandbox uses any more; it must not block.
 	PruneTemplates func()
+	// Pool, when set, is the warm pool creates claim from instead of one built
+	// from Config.Pool (the kubernetes backend's pool of labelled Pods). With a
+	// shared backend its Run is called only while this replica leads (Lead).
+	Pool WarmPool
+	// Health, when set, is asked before every create: an error (the store or
+	// the backend cannot be reached) makes the create answer 503 with its text.
+	Health func() error
+}
+
+// WarmPool hands booted sandboxes to creates (package pool's Pool, the
+// kubernetes backend's Pod pool).
+type WarmPool interface {
+	// Claim hands a warm sandbox matching req to a create, configured with
+	// req.Init and req.NoInternet, under its own ID; ok is false when none matches.
+	Claim(ctx context.Context, req backend.CreateRequest) (in backend.Instance, ok bool)
+	// Run refills the pool until ctx ends.
+	Run(ctx context.Context)
 }
 
 // Service is the control plane. Its methods are safe for concurrent use.
 type Service struct {
 	cfg       Config
-	store     *store.Store
+	store     Store
 	backend   backend.Backend
 	templates TemplateResolver
 	onKill    func(id string)
 	log       *slog.Logger
 	metrics   *telemetry.Metrics
 	ringSize  int
-	pool      *pool.Pool // nil without Config.Pool
+	pool      WarmPool      // nil without Config.Pool or Deps.Pool
+	shared    sharedBackend // non-nil when the backend is shared by replicas
+	health    func() error
 	admit     *admission.Controller
 	sealer    Sealer // nil without Deps.Sealer
 
 	mu      sync.RWMutex
 	live    map[string]*sandbox // running and paused sandboxes
-	started bool
-	closed  bool
-	wg      sync.WaitGroup     // sampler and expiry callbacks
-	bg      context.Context    // cancelled by Shutdown
-	cancel  context.CancelFunc // cancels bg
+	leading bool                // TTLs are armed: always on one server, while leading in a cluster
+	// creating holds the IDs of creates in flight here, which events and
+	// lookups must not adopt from the store half-made.
+	creating map[string]struct{}
+	started  bool
+	closed   bool
+	wg       sync.WaitGroup     // sampler and expiry callbacks
+	bg       context.Context    // cancelled by Shutdown
+	cancel   context.CancelFunc // cancels bg
 
 	touchMu   sync.Mutex
 	lastTouch map[string]time.Time // API key ID -> last recorded use
@@ -170,12 +193,15 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		cancel()
 		return nil, fmt.Errorf("controlplane: upload key: %w", err)
 	}
+	shared, _ := deps.Backend.(sharedBackend)
 	return &Service{
 		cfg: cfg, store: deps.Store, backend: deps.Backend, templates: deps.Templates,
 		onKill: deps.OnKill, log: log, metrics: deps.Metrics, ringSize: min(max(ring, 16), 4096),
 		live: map[string]*sandbox{}, bg: bg, cancel: cancel, lastTouch: map[string]time.Time{},
 		admit: admission.New(cfg.Admission), sealer: deps.Sealer,
 		tstore: deps.TemplateStore, builds: deps.Builds, pruneTemplates: deps.PruneTemplates, uploadKey: key,
+		pool: deps.Pool, shared: shared, health: deps.Health,
+		leading: shared == nil, creating: map[string]struct{}{},
 	}, nil
 }
 
@@ -184,6 +210,11 @@ func New(cfg Config, deps Deps) (*Service, error) {
 // (backend.Recover), marks the others killed with reason "lost across restart",
 // re-arms their TTLs (killing or pausing those already past their deadline before
 // returning) and starts the metrics sampler. It may be called once.
+//
+// With a shared backend (one replica of several) it first subscribes to the
+// backend's events, adopts the sandboxes other replicas run, and leaves TTLs
+// and the warm pool to Lead; a record without a sandbox is marked killed only
+// once it is older than a create can take.
 func (s *Service) Start(ctx context.Context) error {
 	if s.backend == nil || s.templates == nil {
 		return errors.New("controlplane: start needs a backend and a template resolver")
@@ -195,6 +226,9 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.started = true
 	s.mu.Unlock()
+	if s.shared != nil {
+		s.shared.Subscribe(s.onEvent)
+	}
 	if err := s.recover(ctx); err != nil {
 		return err
 	}
@@ -211,11 +245,16 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	s.wg.Add(1)
 	go s.sampleLoop()
-	if len(s.cfg.Pool) > 0 {
+	if s.shared != nil {
+		return nil // the pool runs while leading
+	}
+	if s.pool == nil && len(s.cfg.Pool) > 0 {
 		s.pool = pool.New(pool.Config{
-			Backend: s.backend, Targets: s.cfg.Pool, Resolve: s.poolRequest, NewID: newSandboxID,
+			Backend: s.backend, Targets: s.cfg.Pool, Resolve: s.PoolRequest, NewID: NewSandboxID,
 			MemoryBudget: s.cfg.PoolMemoryBudget, Log: s.log.With("component", "pool"), Metrics: s.metrics,
 		})
+	}
+	if s.pool != nil {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -282,47 +321,72 @@ func (s *Service) recover(ctx context.Context) error {
 		byID[in.SandboxID] = in
 	}
 	var due []*sandbox
+	adopted, lost := 0, 0
 	for _, r := range recs {
 		in, ok := byID[r.ID]
 		if !ok {
-			s.log.Warn("sandbox lost across restart", "sandbox", r.ID)
-			s.metrics.SandboxKilled(killLabelLost)
-			if err := s.store.MarkKilled(ctx, r.ID, time.Now(), reasonLost); err != nil {
+			marked, err := s.markLost(ctx, r)
+			if err != nil {
 				return fmt.Errorf("recover: %w", err)
 			}
+			lost += marked
 			continue
 		}
 		sb, err := s.adopt(ctx, r, in)
 		if err != nil {
 			return fmt.Errorf("recover: %w", err)
 		}
+		if sb == nil {
+			continue // being created here
+		}
+		adopted++
 		if !in.Paused && !time.Now().Before(r.EndAt) {
 			due = append(due, sb) // the timer fires at once too; expire is idempotent
 		}
 	}
-	if countLost(recs, byID) > 0 {
+	if lost > 0 {
 		s.dropKilledSecrets(ctx)
 	}
 	for _, sb := range due {
 		s.expire(sb)
 	}
-	s.log.Info("recovered sandboxes", "adopted", len(recs)-countLost(recs, byID), "lost", countLost(recs, byID))
+	s.log.Debug("reconciled sandboxes with the backend", "adopted", adopted, "lost", lost)
 	return nil
 }
 
-func countLost(recs []store.Sandbox, alive map[string]backend.Instance) int {
-	n := 0
-	for _, r := range recs {
-		if _, ok := alive[r.ID]; !ok {
-			n++
+// markLost records r killed because the backend does not run it and returns
+// 1, or 0 when it is left alone: with a shared backend a record younger than
+// a create may be one in flight on another replica, and one already killed
+// there counts as done.
+func (s *Service) markLost(ctx context.Context, r store.Sandbox) (int, error) {
+	reason, label := reasonLost, killLabelLost
+	if s.shared != nil {
+		if time.Since(r.StartedAt) < createTimeout {
+			return 0, nil
 		}
+		reason, label = s.goneReason(ctx, r.ID), killLabelGone
 	}
-	return n
+	s.log.Warn("sandbox lost", "sandbox", r.ID, "reason", reason)
+	err := s.store.MarkKilled(ctx, r.ID, time.Now(), reason)
+	if s.shared != nil && errors.Is(err, store.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	s.metrics.SandboxKilled(label)
+	return 1, nil
 }
 
 // adopt reconciles one surviving sandbox's record with the backend's view and
 // registers it (with its TTL armed when running).
 func (s *Service) adopt(ctx context.Context, r store.Sandbox, in backend.Instance) (*sandbox, error) {
+	if s.shared != nil {
+		if sb, busy := s.known(r.ID); sb != nil || busy {
+			s.refreshDeadline(sb, r.EndAt)
+			return sb, nil
+		}
+	}
 	switch {
 	case in.Paused && r.State == store.StateRunning:
 		if err := s.store.MarkPaused(ctx, r.ID); err != nil {
@@ -338,8 +402,9 @@ func (s *Service) adopt(ctx context.Context, r store.Sandbox, in backend.Instanc
 			return nil, err
 		}
 	}
-	sb := newSandbox(r, in, s.admit.Hold(recordTeam(r), r.MemoryMB), s.ringSize)
-	s.register(sb)
-	s.restoreEgress(ctx, r)
+	sb := s.registerNew(r, in)
+	if sb != nil {
+		s.restoreEgress(ctx, r)
+	}
 	return sb, nil
 }

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -193,6 +195,10 @@ func (s *Service) create(ctx context.Context, sp createSpec) (store.Sandbox, err
 	if sp.volumes, sp.volumeRecs, err = s.volumeMounts(ctx, sp.team, sp.mounts); err != nil {
 		return store.Sandbox{}, err
 	}
+	if sp.lifecycle.OnTimeout == string(api.Pause) && !s.canPause() {
+		return store.Sandbox{}, badRequest("lifecycle onTimeout pause (autoPause) is not supported by this server: " +
+			"its backend cannot pause sandboxes, and a sandbox is never killed in place of a pause")
+	}
 	began := time.Now()
 	rec := s.newRecord(sp, ref)
 	ticket, err := s.admit.Admit(recordTeam(rec), rec.MemoryMB)
@@ -202,6 +208,7 @@ func (s *Service) create(ctx context.Context, sp createSpec) (store.Sandbox, err
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
 	defer cancel()
 	in, err := s.startInstance(bctx, &rec, ref, sp)
+	defer s.setCreating(rec.ID, false)
 	if err != nil {
 		ticket.Release()
 		s.metrics.ObserveCreate(ref.ID, telemetry.OutcomeError, time.Since(began))
@@ -270,19 +277,21 @@ func (s *Service) startInstance(ctx context.Context, rec *store.Sandbox, ref Tem
 	if s.pool != nil && req.Snapshot == "" && len(req.Volumes) == 0 {
 		if in, ok := s.pool.Claim(ctx, req); ok {
 			rec.ID = in.SandboxID
+			s.setCreating(rec.ID, true)
 			err := s.store.InsertSandbox(ctx, *rec)
 			if err == nil {
 				err = s.saveNetworkSecret(ctx, *rec, sp.proxyPass)
 			}
 			if err != nil {
 				_ = s.backend.Kill(ctx, in.SandboxID)
-				return backend.Instance{}, err
+				return backend.Instance{}, storeUnavailable(err)
 			}
 			return in, nil
 		}
 	}
+	s.setCreating(rec.ID, true)
 	if err := s.store.InsertSandbox(ctx, *rec); err != nil {
-		return backend.Instance{}, err
+		return backend.Instance{}, storeUnavailable(err)
 	}
 	if err := s.saveNetworkSecret(ctx, *rec, sp.proxyPass); err != nil {
 		s.failCreate(ctx, rec.ID, err)
@@ -296,10 +305,11 @@ func (s *Service) startInstance(ctx context.Context, rec *store.Sandbox, ref Tem
 	return in, nil
 }
 
-// poolRequest is the create request a warm sandbox of template boots with: the
-// server's sandbox defaults, internet access, and an init with the template's
-// environment but no tokens (Claim sends the real one).
-func (s *Service) poolRequest(ctx context.Context, template string) (backend.CreateRequest, error) {
+// PoolRequest is the create request a warm sandbox of template boots with:
+// the server's sandbox defaults, internet access, and an init with the
+// template's environment but no tokens (a claim sends the real ones). Errors:
+// the template's.
+func (s *Service) PoolRequest(ctx context.Context, template string) (backend.CreateRequest, error) {
 	ref, err := s.templates.Resolve(ctx, template)
 	if err != nil {
 		return backend.CreateRequest{}, fmt.Errorf("resolve template %q: %w", template, err)
@@ -308,6 +318,18 @@ func (s *Service) poolRequest(ctx context.Context, template string) (backend.Cre
 	req := s.createRequest(s.newRecord(sp, ref), ref, sp)
 	req.Init.AccessToken, req.Init.TrafficAccessToken = "", "" // a claim sends the sandbox's own; its env vars keep the template's
 	return req, nil
+}
+
+// storeUnavailable answers a failed insert of a new record (random IDs do not
+// collide: the store cannot be written) with 503, nothing having started.
+func storeUnavailable(err error) error {
+	return &httpError{status: http.StatusServiceUnavailable, msg: "cannot record the sandbox: " + err.Error()}
+}
+
+// canPause reports whether the backend can pause sandboxes at all.
+func (s *Service) canPause() bool {
+	p, ok := s.backend.(pauser)
+	return !ok || p.CanPause()
 }
 
 func (s *Service) failCreate(ctx context.Context, id string, cause error) {
@@ -322,7 +344,7 @@ func (s *Service) failCreate(ctx context.Context, id string, cause error) {
 func (s *Service) newRecord(sp createSpec, ref TemplateRef) store.Sandbox {
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	rec := store.Sandbox{
-		ID: newSandboxID(), Team: sp.team, TemplateID: ref.ID, TemplateAlias: ref.Alias,
+		ID: NewSandboxID(), Team: sp.team, TemplateID: ref.ID, TemplateAlias: ref.Alias,
 		Metadata: sp.metadata, EnvVars: sp.envVars,
 		CPUCount: s.cfg.DefaultCPU, MemoryMB: s.cfg.DefaultMemoryMB, DiskSizeMB: s.cfg.DefaultDiskMB,
 		StartedAt: now, EndAt: now.Add(sp.ttl), State: store.StateRunning, Secure: sp.secure,
@@ -350,6 +372,7 @@ func (s *Service) createRequest(rec store.Sandbox, ref TemplateRef, sp createSpe
 		Boot:       s.cfg.Boot,
 		Snapshot:   sp.snapshot,
 		Volumes:    sp.volumes,
+		Team:       recordTeam(rec), Metadata: rec.Metadata, Deadline: rec.EndAt,
 		Init: agentapi.InitRequest{
 			EnvVars: s.sandboxEnv(ref, sp.envVars), AccessToken: rec.AccessToken, TrafficAccessToken: rec.TrafficToken,
 			DefaultUser: cmp.Or(ref.User, defaultUser), DefaultWorkdir: cmp.Or(ref.Workdir, defaultWorkdir), Timestamp: time.Now(),

@@ -162,7 +162,8 @@ type httpAPI struct{ s *Service }
 var _ api.ServerInterface = httpAPI{}
 
 // fail answers err: its own status for *httpError, 429 (with Retry-After when
-// known) for an *admission.Error, 501 for backend.ErrNotSupported, 500 otherwise.
+// known) for an *admission.Error, 501 for backend.ErrNotSupported, 400 for
+// backend.ErrInvalid, 503 for backend.ErrUnavailable, 500 otherwise.
 func (h httpAPI) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var he *httpError
 	var ae *admission.Error
@@ -178,6 +179,10 @@ func (h httpAPI) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusTooManyRequests, ae.Message)
 	case errors.Is(err, backend.ErrNotSupported):
 		writeError(w, http.StatusNotImplemented, err.Error())
+	case errors.Is(err, backend.ErrInvalid):
+		writeError(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, backend.ErrUnavailable):
+		writeError(w, http.StatusServiceUnavailable, err.Error())
 	default:
 		h.s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		writeError(w, http.StatusInternalServerError, err.Error())
@@ -218,6 +223,12 @@ func (h httpAPI) CreateSandboxV2(w http.ResponseWriter, r *http.Request, p api.C
 func (h httpAPI) create(w http.ResponseWriter, r *http.Request, b api.NewSandboxV2, secure bool, def time.Duration, key *string) {
 	if !h.ready(w) {
 		return
+	}
+	if h.s.health != nil {
+		if err := h.s.health(); err != nil {
+			writeError(w, http.StatusServiceUnavailable, "cannot create sandboxes now: "+err.Error())
+			return
+		}
 	}
 	sp, err := h.s.specFromBody(b, secure, def)
 	if err != nil {
@@ -438,7 +449,7 @@ func (h httpAPI) GetSandboxMetrics(w http.ResponseWriter, r *http.Request, id ap
 		h.fail(w, r, err)
 		return
 	}
-	sb := h.s.lookup(id)
+	sb := h.s.find(id)
 	if sb == nil {
 		h.fail(w, r, sandboxNotFound(id))
 		return

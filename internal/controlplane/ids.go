@@ -10,13 +10,9 @@ const sandboxIDLen = 20
 
 const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
 
-// NewSandboxID returns a new random sandbox ID (see newSandboxID); template
-// build sandboxes use it too.
-func NewSandboxID() string { return newSandboxID() }
-
-// newSandboxID returns sandboxIDLen characters drawn uniformly from [a-z0-9]
+// NewSandboxID returns a fresh sandbox ID: sandboxIDLen characters drawn uniformly from [a-z0-9]
 // with crypto/rand (bytes >= 252 are rejected to avoid modulo bias).
-func newSandboxID() string {
+func NewSandboxID() string {
 	out := make([]byte, 0, sandboxIDLen)
 	buf := make([]byte, 32)
 	for len(out) < sandboxIDLen {

@@ -88,7 +88,16 @@ func (s *Service) sampleAll(ctx context.Context) {
 func (s *Service) sampleOne(ctx context.Context, sb *sandbox) {
 	cctx, cancel := context.WithTimeout(ctx, statsTimeout)
 	defer cancel()
-	st, err := s.backend.Stats(cctx, sb.id)
+	var st backend.Stats
+	var err error
+	if ts, ok := s.backend.(tokenStats); ok {
+		s.mu.RLock()
+		token := sb.route.AccessToken
+		s.mu.RUnlock()
+		st, err = ts.StatsWithToken(cctx, sb.id, token)
+	} else {
+		st, err = s.backend.Stats(cctx, sb.id)
+	}
 	if errors.Is(err, backend.ErrNotFound) {
 		s.checkGone(ctx, sb)
 		return

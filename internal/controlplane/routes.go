@@ -26,12 +26,17 @@ type RouteWithID struct {
 }
 
 // Route returns the route of a running or paused sandbox from memory (no store
-// access). ok is false for unknown and killed sandboxes.
+// access; with a shared backend, a sandbox another replica created is adopted
+// from the store on its first request here). ok is false for unknown and
+// killed sandboxes.
 func (s *Service) Route(id string) (Route, bool) {
+	sb := s.find(id)
+	if sb == nil {
+		return Route{}, false
+	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	sb, ok := s.live[id]
-	if !ok {
+	if sb.gone {
 		return Route{}, false
 	}
 	return sb.route, true

@@ -108,7 +108,7 @@ func (s *Service) lookup(id string) *sandbox {
 // caller (a team, or serverCaller), or a 404 error, also when the sandbox
 // belongs to another team. The caller must unlock sb.op.
 func (s *Service) acquire(id, caller string) (*sandbox, error) {
-	sb := s.lookup(id)
+	sb := s.find(id)
 	if sb == nil || !owns(sb.team, caller) {
 		return nil, sandboxNotFound(id)
 	}
@@ -156,7 +156,9 @@ func (s *Service) kill(ctx context.Context, id, caller, reason string) error {
 	return s.killLocked(ctx, sb, reason)
 }
 
-// killLocked kills sb; the caller holds sb.op.
+// killLocked kills sb; the caller holds sb.op. When the store already holds
+// it killed (another replica won a race to kill it) the answer is 404, as a
+// second kill gets from one server.
 //
 // The sandbox leaves the routing table and its connections are cut before the
 // backend stops it: in-flight streams then fail with a reset (not a clean EOF from a
@@ -175,11 +177,21 @@ func (s *Service) killLocked(ctx context.Context, sb *sandbox, reason string) er
 	s.notifyKill(sb.id)
 	// Recorded before the backend works, so getInfo and lists agree with the gateway at
 	// once; a crash in between is harmless (Recover sweeps what the store no longer knows).
-	if err := s.store.MarkKilled(ctx, sb.id, time.Now(), reason); err != nil && !errors.Is(err, store.ErrNotFound) {
-		s.log.Error("record kill", "sandbox", sb.id, "err", err)
+	// An expiry was recorded by expireLocked.
+	var lost error
+	if reason != reasonTimeout {
+		err := s.store.MarkKilled(ctx, sb.id, time.Now(), reason)
+		if errors.Is(err, store.ErrNotFound) {
+			lost = sandboxNotFound(sb.id)
+		} else if err != nil {
+			s.log.Error("record kill", "sandbox", sb.id, "err", err)
+		}
 	}
 	err := s.backend.Kill(ctx, sb.id)
 	s.dropKilledSecrets(ctx)
+	if lost != nil {
+		return lost
+	}
 	if err != nil {
 		s.log.Error("backend cleanup of killed sandbox failed; swept at next start", "sandbox", sb.id, "err", err)
 		return fmt.Errorf("kill sandbox %s: %w", sb.id, err)
@@ -201,7 +213,7 @@ func (s *Service) dropKilledSecrets(ctx context.Context) {
 func (s *Service) loseLocked(ctx context.Context, sb *sandbox) {
 	s.forget(sb)
 	s.metrics.SandboxKilled(killLabelGone)
-	if err := s.store.MarkKilled(ctx, sb.id, time.Now(), reasonGone); err != nil && !errors.Is(err, store.ErrNotFound) {
+	if err := s.store.MarkKilled(ctx, sb.id, time.Now(), s.goneReason(ctx, sb.id)); err != nil && !errors.Is(err, store.ErrNotFound) {
 		s.log.Error("record lost sandbox", "sandbox", sb.id, "err", err)
 	}
 	s.dropKilledSecrets(ctx)
@@ -390,7 +402,15 @@ func (s *Service) setTimeout(ctx context.Context, id, caller string, ttl time.Du
 // setDeadlineLocked stores and arms a new deadline; the caller holds sb.op.
 func (s *Service) setDeadlineLocked(ctx context.Context, sb *sandbox, deadline time.Time) error {
 	if err := s.store.SetEndAt(ctx, sb.id, deadline); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return sandboxNotFound(sb.id) // killed meanwhile by another replica
+		}
 		return fmt.Errorf("set deadline of %s: %w", sb.id, err)
+	}
+	if s.shared != nil {
+		if err := s.shared.SetDeadline(ctx, sb.id, deadline); err != nil {
+			s.log.Warn("publish deadline; the leader takes it from the store", "sandbox", sb.id, "err", err)
+		}
 	}
 	s.mu.Lock()
 	sb.endAt = deadline

@@ -93,7 +93,7 @@ func (s *Service) snapshot(ctx context.Context, id, caller, name string, interna
 	if err != nil {
 		return store.Snapshot{}, fmt.Errorf("snapshot %s: %w", id, err)
 	}
-	info, err := s.backend.Snapshot(ctx, id, newSandboxID())
+	info, err := s.backend.Snapshot(ctx, id, NewSandboxID())
 	switch {
 	case errors.Is(err, backend.ErrNotFound):
 		s.loseLocked(ctx, sb)

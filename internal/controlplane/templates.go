@@ -49,7 +49,7 @@ type TemplateResolver interface {
 // StoreTemplates resolves templates from the store's templates table (ID, name
 // or alias; see store.FindTemplate).
 type StoreTemplates struct {
-	Store *store.Store
+	Store TemplateFinder
 }
 
 // Resolve implements TemplateResolver. Alias is the reference itself when it was

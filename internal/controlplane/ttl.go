@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/backend"
+	"github.com/cubby-dev/cubby/internal/store"
 )
 
 // expireTimeout bounds the backend work of one TTL expiry.
@@ -19,7 +20,7 @@ func (s *Service) armLocked(sb *sandbox) {
 		sb.timer.Stop()
 		sb.timer = nil
 	}
-	if s.closed || sb.gone || !sb.route.Running {
+	if s.closed || sb.gone || !sb.route.Running || !s.leading {
 		return
 	}
 	sb.timer = time.AfterFunc(max(time.Until(sb.endAt), 0), func() { s.expire(sb) })
@@ -36,7 +37,7 @@ func (s *Service) expire(sb *sandbox) {
 	sb.op.Lock()
 	defer sb.op.Unlock()
 	s.mu.RLock()
-	due := sb.running() && !time.Now().Before(sb.endAt)
+	due := s.leading && sb.running() && !time.Now().Before(sb.endAt)
 	s.mu.RUnlock()
 	if !due {
 		return
@@ -54,10 +55,34 @@ func (s *Service) expire(sb *sandbox) {
 			return
 		}
 	}
-	if err := s.killLocked(ctx, sb, reasonTimeout); err != nil {
+	if err := s.expireLocked(ctx, sb); err != nil {
 		s.log.Error("kill at deadline failed", "sandbox", sb.id, "err", err)
 		s.retryLater(sb)
 	}
+}
+
+// expireLocked kills sb at its deadline; the caller holds sb.op. The store
+// decides (MarkExpired): when another replica moved the deadline meanwhile,
+// the sandbox runs on with the stored one; when one killed it, it is only
+// dropped from the routing table here.
+func (s *Service) expireLocked(ctx context.Context, sb *sandbox) error {
+	err := s.store.MarkExpired(ctx, sb.id, time.Now(), reasonTimeout)
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		rec, gerr := s.store.GetSandbox(ctx, sb.id)
+		if gerr != nil {
+			return gerr
+		}
+		s.refreshDeadline(sb, rec.EndAt)
+		return nil
+	case errors.Is(err, store.ErrNotFound):
+		s.forget(sb)
+		s.notifyKill(sb.id)
+		return nil
+	case err != nil:
+		return err
+	}
+	return s.killLocked(ctx, sb, reasonTimeout)
 }
 
 // pauseAtDeadline pauses sb for lifecycle onTimeout=pause and reports whether the

@@ -61,7 +61,7 @@ func (s *Service) createVolume(ctx context.Context, team, name string, sizeMB *i
 	if _, err := s.store.FindVolume(ctx, team, name); err == nil {
 		return store.Volume{}, &httpError{status: http.StatusConflict, msg: fmt.Sprintf("volume '%s' already exists", name)}
 	}
-	v := store.Volume{ID: newSandboxID(), Team: team, Name: name, Token: newToken(), SizeBytes: int64(mb) << 20,
+	v := store.Volume{ID: NewSandboxID(), Team: team, Name: name, Token: newToken(), SizeBytes: int64(mb) << 20,
 		CreatedAt: time.Now().UTC().Truncate(time.Millisecond)}
 	if err := s.backend.CreateVolume(ctx, v.ID, v.SizeBytes); err != nil {
 		return store.Volume{}, fmt.Errorf("create volume: %w", err)

@@ -55,7 +55,12 @@ func buildDefinition(ctx context.Context, b *template.Builder, def template.Defi
 // template manager (the built trees on disk) and records them in the store.
 type templateResolver struct {
 	m     *template.Manager
-	store *store.Store
+	store templateRecorder
+}
+
+// templateRecorder records built templates (the SQLite and PostgreSQL stores).
+type templateRecorder interface {
+	PutTemplate(ctx context.Context, t store.Template) error
 }
 
 func (r *templateResolver) Resolve(ctx context.Context, idOrAlias string) (controlplane.TemplateRef, error) {

@@ -106,7 +106,20 @@ type Config struct {
 	// EgressUpstreamCA is a PEM file of extra roots the egress proxy trusts
 	// for hosts whose HTTPS it re-encrypts; "" = the system roots only.
 	EgressUpstreamCA string
+	// Backend is BackendLocal ("" too) or BackendKubernetes.
+	Backend string
+	// Store is the record store: "" = SQLite in DataDir; a postgres:// URL =
+	// PostgreSQL, shared by replicas (required by BackendKubernetes).
+	Store string
+	// Kube configures BackendKubernetes.
+	Kube KubeConfig
 }
+
+// Backends of `cubby serve --backend`.
+const (
+	BackendLocal      = "local"
+	BackendKubernetes = "kubernetes"
+)
 
 // Listener timeouts of `cubby serve` (README's flag table).
 const (
@@ -125,6 +138,15 @@ const dataDirMode = 0o700
 func (c *Config) defaults() error {
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:3000"
+	}
+	if c.Backend == BackendKubernetes {
+		return c.clusterDefaults()
+	}
+	if c.Backend != "" && c.Backend != BackendLocal {
+		return fmt.Errorf("--backend %q: want %s or %s", c.Backend, BackendLocal, BackendKubernetes)
+	}
+	if c.Store != "" {
+		return errors.New("--store: the local backend keeps its records in SQLite in --data-dir (PostgreSQL is for --backend kubernetes)")
 	}
 	if c.DataDir == "" {
 		return errors.New("data dir is required")
@@ -257,7 +279,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = app.mcp.Close(shutdownCtx) // kills the MCP sessions' sandboxes while the API still answers
-	_ = app.builds.Shutdown(shutdownCtx)
+	if app.builds != nil {
+		_ = app.builds.Shutdown(shutdownCtx)
+	}
 	app.control.Shutdown(shutdownCtx)
 	_ = srv.Shutdown(shutdownCtx)
 	return nil
@@ -295,17 +319,20 @@ func rootHandler(ready *atomic.Pointer[http.Handler]) http.Handler {
 
 // app is the assembled server.
 type app struct {
-	store   *store.Store
 	control *controlplane.Service
 	gateway *gateway.Gateway
-	backend *local.Backend
-	egress  *egress.Supervisor
 	metrics *telemetry.Metrics
 	mcp     *mcpserver.Service // set by handler
+	health  *healthCheck       // nil on one host: ready means healthy
+	closers []func()           // in reverse order of need
+	log     *slog.Logger
 
+	// One host only (nil in the cluster mode):
+	store     *store.Store
+	backend   *local.Backend
+	egress    *egress.Supervisor
 	templates *template.Manager
 	builds    *builds.Service
-	log       *slog.Logger
 	gcAge     time.Duration // see Config.TemplateGCAge
 }
 
@@ -324,6 +351,10 @@ func (a *app) handler(cfg Config, self string, log *slog.Logger) (http.Handler, 
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/health", func(w http.ResponseWriter, _ *http.Request) {
+		if err := a.health.err(); err != nil {
+			http.Error(w, "unhealthy: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		w.WriteHeader(http.StatusOK)
 		_, _ = io.WriteString(w, "ok")
 	})
@@ -338,21 +369,24 @@ func (a *app) handler(cfg Config, self string, log *slog.Logger) (http.Handler, 
 }
 
 func (a *app) close() {
-	_ = a.egress.Close()
-	_ = a.backend.Close()
-	_ = a.store.Close()
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		a.closers[i]()
+	}
 }
 
 func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
+	if cfg.Backend == BackendKubernetes {
+		return startCluster(ctx, cfg, log)
+	}
 	st, err := store.Open(ctx, filepath.Join(cfg.DataDir, "cubby.db"))
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	a := &app{store: st, metrics: telemetry.New(), log: log}
+	a := &app{store: st, metrics: telemetry.New(), log: log, closers: []func(){func() { _ = st.Close() }}}
 	ok := false
 	defer func() {
 		if !ok {
-			_ = st.Close()
+			a.close()
 		}
 	}()
 	if a.templates, err = template.NewManager(cfg.TemplatesDir, log.With("component", "template")); err != nil {
@@ -368,6 +402,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 		return nil, err
 	}
 	a.backend, a.egress = b, sup
+	a.closers = append(a.closers, func() { _ = b.Close() }, func() { _ = sup.Close() })
 	ob, err := outbound.FromHost(cfg.OutboundCA)
 	if err != nil {
 		return nil, fmt.Errorf("--outbound-ca: %w", err)
@@ -382,7 +417,18 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 	if a.builds, err = a.newBuilds(ctx, cfg, builder); err != nil {
 		return nil, err
 	}
-	if err := a.startControl(ctx, cfg, controlDeps{sealer: sealer, secrets: secrets, outbound: ob}); err != nil {
+	resolver := &templateResolver{m: a.templates, store: st}
+	if err := resolver.sync(ctx); err != nil {
+		return nil, err
+	}
+	cp, err := a.startControl(ctx, cfg, controlDeps{secrets: secrets, outbound: ob, deps: controlplane.Deps{
+		Store: st, Backend: b, Templates: resolver, Sealer: sealer,
+		TemplateStore: a.templates, Builds: a.builds, PruneTemplates: func() { go a.prune() },
+	}})
+	if err != nil {
+		return nil, err
+	}
+	if err := firstKey(ctx, cfg, cp, log); err != nil {
 		return nil, err
 	}
 	a.gcAge = cfg.TemplateGCAge
@@ -427,19 +473,19 @@ func (a *app) newBuilds(ctx context.Context, cfg Config, builder *template.Build
 	return bs, bs.Recover(ctx)
 }
 
-// controlDeps is what start hands startControl beyond the app's own fields.
+// controlDeps is what start and startCluster hand startControl.
 type controlDeps struct {
-	sealer   controlplane.Sealer
-	secrets  *secretSource     // its control plane is set once made
+	// deps: Store, Backend and Templates; on one host Sealer, TemplateStore,
+	// Builds and PruneTemplates; in a cluster Pool and Health.
+	deps     controlplane.Deps
+	secrets  *secretSource     // its control plane is set once made; nil in a cluster
 	outbound outbound.Settings // given to sandboxes with --sandbox-outbound
 }
 
-// startControl assembles and starts the control plane and the gateway.
-func (a *app) startControl(ctx context.Context, cfg Config, ctl controlDeps) error {
-	resolver := &templateResolver{m: a.templates, store: a.store}
-	if err := resolver.sync(ctx); err != nil {
-		return err
-	}
+// startControl assembles and starts the control plane and the gateway in
+// front of it; on one host (a.egress set) also the egress proxies and the
+// host metrics.
+func (a *app) startControl(ctx context.Context, cfg Config, ctl controlDeps) (*controlplane.Service, error) {
 	ccfg := controlplane.Config{
 		DefaultTemplate: cfg.DefaultTemplate, DefaultMemoryMB: cfg.MemoryMB, Boot: cfg.Boot, Pool: cfg.Pool,
 		PoolMemoryBudget: uint64(cfg.PoolMemoryMB) << 20, Domain: cfg.Domain, EnvAPIKey: cfg.EnvAPIKey,
@@ -449,35 +495,45 @@ func (a *app) startControl(ctx context.Context, cfg Config, ctl controlDeps) err
 		ccfg.Outbound = ctl.outbound
 	}
 	var gwRef *gateway.Gateway
-	cp, err := controlplane.New(ccfg, controlplane.Deps{
-		Store: a.store, Backend: a.backend, Templates: resolver,
-		OnKill: func(id string) {
-			if gwRef != nil {
-				gwRef.CloseSandbox(id)
-			}
-		},
-		Log: a.log.With("component", "controlplane"), Metrics: a.metrics, Sealer: ctl.sealer,
-		TemplateStore: a.templates, Builds: a.builds, PruneTemplates: func() { go a.prune() },
-	})
-	if err != nil {
-		return fmt.Errorf("control plane: %w", err)
+	deps := ctl.deps
+	deps.OnKill = func(id string) {
+		if gwRef != nil {
+			gwRef.CloseSandbox(id)
+		}
 	}
-	a.control, ctl.secrets.cp = cp, cp
-	if err := startEgress(ctx, a.egress, a.backend, a.metrics, a.log); err != nil {
-		return err
+	deps.Log, deps.Metrics = a.log.With("component", "controlplane"), a.metrics
+	cp, err := controlplane.New(ccfg, deps)
+	if err != nil {
+		return nil, fmt.Errorf("control plane: %w", err)
+	}
+	a.control = cp
+	if ctl.secrets != nil {
+		ctl.secrets.cp = cp
+	}
+	if err := a.startHost(ctx, cfg); err != nil {
+		return nil, err
 	}
 	if err := a.metrics.WatchStates(cp); err != nil {
-		return err
-	}
-	if err := a.metrics.WatchHost(cfg.DataDir); err != nil {
-		return err
+		return nil, err
 	}
 	gwRef = gateway.New(routes{cp}, gateway.Config{Domain: cfg.Domain}, a.log.With("component", "gateway"))
 	a.gateway = gwRef
 	if err := cp.Start(ctx); err != nil {
-		return fmt.Errorf("start control plane: %w", err)
+		return nil, fmt.Errorf("start control plane: %w", err)
 	}
-	return firstKey(ctx, cfg, cp, a.log)
+	return cp, nil
+}
+
+// startHost starts what only the single-host mode has: the egress proxies
+// and the host metrics. A no-op in the cluster mode.
+func (a *app) startHost(ctx context.Context, cfg Config) error {
+	if a.egress == nil {
+		return nil
+	}
+	if err := startEgress(ctx, a.egress, a.backend, a.metrics, a.log); err != nil {
+		return err
+	}
+	return a.metrics.WatchHost(cfg.DataDir)
 }
 
 // pruneAge is the default of Config.TemplateGCAge: what no template uses is
