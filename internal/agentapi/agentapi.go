@@ -13,6 +13,11 @@ import (
 // EnvdPort is the TCP port the agent's envd protocol listens on inside every sandbox.
 const EnvdPort = 49983
 
+// AgentPath is where the agent binary (the Cubby binary) appears inside every
+// sandbox: bind-mounted by the local backend, baked into the image by
+// `cubby template export` for the kubernetes backend.
+const AgentPath = "/opt/cubby/bin/cubby"
+
 // InterpreterPort is the TCP port of the code-interpreter service inside a sandbox.
 const InterpreterPort = 49999
 

@@ -31,7 +31,7 @@ func newTemplateCmd() *cobra.Command {
 		}
 		return filepath.Join(dataDir, "templates")
 	}
-	cmd.AddCommand(newTemplateBuildCmd(&dataDir, dir), newTemplateListCmd(dir))
+	cmd.AddCommand(newTemplateBuildCmd(&dataDir, dir), newTemplateListCmd(dir), newTemplateExportCmd(dir))
 	return cmd
 }
 

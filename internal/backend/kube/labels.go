@@ -57,7 +57,7 @@ const (
 	// containerName is the sandbox container of every Pod.
 	containerName = "sandbox"
 	// agentPath is where templates exported by `cubby template export` hold the agent.
-	agentPath = "/opt/cubby/bin/cubby"
+	agentPath = agentapi.AgentPath
 	envdPort  = agentapi.EnvdPort
 )
 

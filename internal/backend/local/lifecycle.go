@@ -21,7 +21,7 @@ import (
 )
 
 // agentPath is where the agent binary appears inside every sandbox.
-const agentPath = "/opt/cubby/bin/cubby"
+const agentPath = agentapi.AgentPath
 
 func cgroupsPath(id string) string { return "/cubby/" + id }
 
