@@ -67,8 +67,10 @@ type Cluster struct {
 	Tier       Tier
 	PodCIDR    string // the Pods' address range (TierSimulated, TierNode)
 
-	bin   string
-	host  string // address the API server binds and advertises
+	bin     string
+	host    string // address the API server binds and advertises
+	apiArgs []string
+	api     *proc
 	mu    sync.Mutex
 	procs []*proc
 	undo  []func()
@@ -93,7 +95,7 @@ func SkipReason(tier Tier) string {
 	if os.Geteuid() != 0 {
 		return "the cluster tests need root"
 	}
-	need := []string{"kube-apiserver"}
+	need := []string{"etcd", "kube-apiserver"}
 	if tier >= TierSimulated {
 		need = append(need, "kube-scheduler", "kube-controller-manager")
 	}
@@ -118,11 +120,10 @@ func SkipReason(tier Tier) string {
 
 // tierPrograms are the host programs a tier needs (Debian packages).
 func tierPrograms(tier Tier) []string {
-	p := []string{"etcd"}
 	if tier == TierNode {
-		p = append(p, "containerd", "ctr", "nsenter", "unshare", "/usr/lib/cni/bridge")
+		return []string{"containerd", "ctr", "nsenter", "unshare", "/usr/lib/cni/bridge"}
 	}
-	return p
+	return nil
 }
 
 // Start starts a cluster of tier for t (skipping t when it cannot run here)
@@ -205,7 +206,7 @@ func (c *Cluster) Logs(n int) string {
 
 // run starts a component and remembers it for Stop.
 func (c *Cluster) run(name string, prefix []string, bin string, args ...string) (*proc, error) {
-	p, err := start(c.Dir, name, prefix, bin, args...)
+	p, err := start(c.Dir, name, prefix, nil, bin, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -230,7 +231,7 @@ func (c *Cluster) startAPI() error {
 	}
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPort)
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
-	if _, err := c.run("etcd", nil, "etcd", "--data-dir", filepath.Join(c.Dir, "etcd"), "--name", "default",
+	if _, err := c.run("etcd", nil, filepath.Join(c.bin, "etcd"), "--data-dir", filepath.Join(c.Dir, "etcd"), "--name", "default",
 		"--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL, "--listen-peer-urls", peerURL,
 		"--initial-advertise-peer-urls", peerURL, "--initial-cluster", "default="+peerURL); err != nil {
 		return err
@@ -239,15 +240,26 @@ func (c *Cluster) startAPI() error {
 		return err
 	}
 	c.Server = fmt.Sprintf("https://%s:%d", c.host, apiPort)
-	p, err := c.run("kube-apiserver", nil, filepath.Join(c.bin, "kube-apiserver"), c.apiserverArgs(etcdURL, apiPort)...)
-	if err != nil {
-		return err
-	}
-	if err := c.waitHTTP(p, c.Server+"/readyz"); err != nil {
+	c.apiArgs = c.apiserverArgs(etcdURL, apiPort)
+	if err := c.StartAPIServer(); err != nil {
 		return err
 	}
 	return c.connect()
 }
+
+// StartAPIServer (re)starts the kube-apiserver on its port and data and
+// waits until it is ready.
+func (c *Cluster) StartAPIServer() error {
+	p, err := c.run("kube-apiserver", nil, filepath.Join(c.bin, "kube-apiserver"), c.apiArgs...)
+	if err != nil {
+		return err
+	}
+	c.api = p
+	return c.waitHTTP(p, c.Server+"/readyz")
+}
+
+// StopAPIServer kills the kube-apiserver (SIGKILL, as a lost control plane).
+func (c *Cluster) StopAPIServer() { c.api.kill() }
 
 func (c *Cluster) apiserverArgs(etcdURL string, port int) []string {
 	d := c.Dir

@@ -22,8 +22,8 @@ type proc struct {
 
 // start starts bin with args in its own process group, its output appended
 // to <dir>/<name>.log. prefix, when set, is a command the process runs under
-// (nsenter into the test's network namespace).
-func start(dir, name string, prefix []string, bin string, args ...string) (*proc, error) {
+// (nsenter into the test's network namespace); env nil inherits ours.
+func start(dir, name string, prefix, env []string, bin string, args ...string) (*proc, error) {
 	logPath := filepath.Join(dir, name+".log")
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -33,7 +33,7 @@ func start(dir, name string, prefix []string, bin string, args ...string) (*proc
 	argv := append(append(append([]string{}, prefix...), bin), args...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.Dir = dir
+	cmd.Dir, cmd.Env = dir, env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)

@@ -1,0 +1,199 @@
+// Package cluster tests `cubby serve --backend kubernetes`: real replicas
+// (the cubby binary of CUBBY_BIN) sharing a real PostgreSQL and a Kubernetes
+// cluster started by internal/kubetest. The simulated tier (kwok nodes, agent
+// stand-ins on the Pod IPs) exercises the control plane at scale; the node
+// tier runs real sandbox Pods under a real kubelet for the official SDKs.
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cubby-dev/cubby/internal/kubetest"
+	"github.com/cubby-dev/cubby/internal/store/postgres/pgtest"
+	"github.com/cubby-dev/cubby/internal/testserver"
+)
+
+// shared holds the clusters and PostgreSQL server of this package's tests,
+// started on first use and stopped by TestMain.
+var shared struct {
+	mu       sync.Mutex
+	clusters map[kubetest.Tier]*kubetest.Cluster
+	pg       *pgtest.Server
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	shared.mu.Lock()
+	for _, c := range shared.clusters {
+		c.Stop()
+		_ = os.RemoveAll(c.Dir)
+	}
+	if shared.pg != nil {
+		shared.pg.Remove()
+	}
+	shared.mu.Unlock()
+	os.Exit(code)
+}
+
+// skip skips t when tier, PostgreSQL or the cubby binary are not available.
+func skip(t *testing.T, tier kubetest.Tier) {
+	t.Helper()
+	for _, r := range []string{kubetest.SkipReason(tier), pgtest.SkipReason(), testserver.SkipReason()} {
+		if r != "" {
+			t.Skip(r)
+		}
+	}
+}
+
+// clusterOf returns the shared cluster of tier, starting it on first use.
+func clusterOf(t *testing.T, tier kubetest.Tier) *kubetest.Cluster {
+	t.Helper()
+	skip(t, tier)
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if c := shared.clusters[tier]; c != nil {
+		return c
+	}
+	dir, err := os.MkdirTemp("", "cubby-cluster-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kubetest.Launch(tier, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shared.clusters == nil {
+		shared.clusters = map[kubetest.Tier]*kubetest.Cluster{}
+	}
+	shared.clusters[tier] = c
+	return c
+}
+
+// database returns a fresh PostgreSQL database's DSN.
+func database(t *testing.T) (*pgtest.Server, string) {
+	t.Helper()
+	shared.mu.Lock()
+	if shared.pg == nil {
+		pg, err := pgtest.Start("")
+		if err != nil {
+			shared.mu.Unlock()
+			t.Fatal(err)
+		}
+		shared.pg = pg
+	}
+	pg := shared.pg
+	shared.mu.Unlock()
+	dsn, err := pg.CreateDB(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pg, dsn
+}
+
+// fleet is a set of replicas of one deployment: one namespace, one database.
+type fleet struct {
+	t        *testing.T
+	c        *kubetest.Cluster
+	ns, dsn  string
+	key      string
+	opts     kubetest.ReplicaOptions
+	replicas []*kubetest.Replica
+}
+
+// newFleet starts n replicas on a fresh namespace and database of c with
+// extra serve flags args; they stop when t ends (their logs are attached when
+// it fails).
+func newFleet(t *testing.T, c *kubetest.Cluster, n int, images map[string]string, args ...string) *fleet {
+	t.Helper()
+	_, dsn := database(t)
+	f := &fleet{t: t, c: c, ns: c.Namespace(t), dsn: dsn, key: "e2b_" + testserver.RandHex(20)}
+	f.opts = kubetest.ReplicaOptions{Namespace: f.ns, Store: dsn, Key: f.key, Images: images, Args: args}
+	t.Cleanup(func() {
+		for _, r := range f.replicas {
+			if t.Failed() {
+				t.Logf("replica %s log:\n%s", r.Name, r.Log())
+			}
+			r.Kill9()
+		}
+	})
+	for i := range n {
+		f.add(fmt.Sprintf("replica-%d", i))
+	}
+	return f
+}
+
+// add starts one more replica.
+func (f *fleet) add(name string) *kubetest.Replica {
+	f.t.Helper()
+	r, err := f.c.StartReplica(f.ns+"-"+name, f.opts)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.replicas = append(f.replicas, r)
+	return r
+}
+
+// call sends an API request with the fleet's key to replica r and returns
+// the status and decoded JSON body (into out when non-nil).
+func (f *fleet) call(r *kubetest.Replica, method, path string, body, out any) int {
+	f.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, r.URL(path), rd)
+	req.Header.Set("X-API-KEY", f.key)
+	req.Header.Set("Content-Type", "application/json")
+	client := &http.Client{Timeout: 5 * time.Minute}
+	resp, err := client.Do(req)
+	if err != nil {
+		f.t.Fatalf("%s %s on %s: %v", method, path, r.Name, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if out != nil && len(data) > 0 {
+		_ = json.Unmarshal(data, out)
+	}
+	return resp.StatusCode
+}
+
+// sandbox is the part of the create answer the tests read.
+type sandbox struct {
+	SandboxID string `json:"sandboxID"`
+	Message   string `json:"message"`
+}
+
+// create creates a sandbox of template through r with body fields extra
+// (timeout in seconds when > 0) and returns its ID and the status.
+func (f *fleet) create(r *kubetest.Replica, template string, timeout int) (string, int, string) {
+	f.t.Helper()
+	body := map[string]any{"templateID": template}
+	if timeout > 0 {
+		body["timeout"] = timeout
+	}
+	var sb sandbox
+	status := f.call(r, http.MethodPost, "/v2/sandboxes", body, &sb)
+	return sb.SandboxID, status, sb.Message
+}
+
+// eventually polls ok every 100 ms until it holds or d passes.
+func eventually(t *testing.T, d time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
