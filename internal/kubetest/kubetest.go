@@ -71,10 +71,10 @@ type Cluster struct {
 	host    string // address the API server binds and advertises
 	apiArgs []string
 	api     *proc
-	mu    sync.Mutex
-	procs []*proc
-	undo  []func()
-	node  *node // TierNode
+	mu      sync.Mutex
+	procs   []*proc
+	undo    []func()
+	node    *node // TierNode
 }
 
 // BinDir returns the directory of the Kubernetes binaries: CUBBY_K8S_BIN, else

@@ -358,4 +358,3 @@ func TestAPIServerLost(t *testing.T) {
 		t.Fatalf("kill: %d", status)
 	}
 }
-

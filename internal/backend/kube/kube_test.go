@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"net/http"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -159,7 +159,9 @@ func TestUnknownRuntimeClass(t *testing.T) {
 	if _, err := c.Client.NodeV1().RuntimeClasses().Create(context.Background(), rc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.Client.NodeV1().RuntimeClasses().Delete(context.Background(), class, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = c.Client.NodeV1().RuntimeClasses().Delete(context.Background(), class, metav1.DeleteOptions{})
+	})
 	go func() { _, _ = b.Create(context.Background(), request("bbbbbbbbbbbbbbbbbbb2")) }()
 	pod := waitPod(t, c, ns, podName("bbbbbbbbbbbbbbbbbbb2"))
 	if pod.Spec.RuntimeClassName == nil || *pod.Spec.RuntimeClassName != class {
