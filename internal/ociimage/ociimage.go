@@ -11,6 +11,8 @@ package ociimage
 import (
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -49,6 +51,10 @@ type Spec struct {
 	// WorkDir holds the compressed layers while the image is written (they
 	// are large: the tree's size, gzipped); default the system temp dir.
 	WorkDir string
+	// LayerCache, when set, keeps the tree's compressed layer between builds
+	// (a tree is immutable: it is keyed by its path), so exporting a template
+	// again after the agent changed costs one small layer.
+	LayerCache string
 }
 
 // Build returns the image of s. Its layers live in files under s.WorkDir
@@ -64,7 +70,7 @@ func Build(ctx context.Context, s Spec) (img v1.Image, cleanup func(), err error
 			cleanup()
 		}
 	}()
-	tree, err := gzipLayer(ctx, filepath.Join(dir, "tree.tar.gz"), func(w io.Writer) error { return writeTree(ctx, w, s.RootfsDir) })
+	tree, err := s.treeLayer(ctx, dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("template layer: %w", err)
 	}
@@ -80,6 +86,32 @@ func Build(ctx context.Context, s Spec) (img v1.Image, cleanup func(), err error
 		return nil, nil, err
 	}
 	return img, cleanup, nil
+}
+
+// treeLayer returns the layer of the template tree, from LayerCache when it
+// holds it, else written into dir (and then kept in LayerCache).
+func (s Spec) treeLayer(ctx context.Context, dir string) (v1.Layer, error) {
+	write := func(w io.Writer) error { return writeTree(ctx, w, s.RootfsDir) }
+	if s.LayerCache == "" {
+		return gzipLayer(ctx, filepath.Join(dir, "tree.tar.gz"), write)
+	}
+	sum := sha256.Sum256([]byte(s.RootfsDir))
+	cached := filepath.Join(s.LayerCache, hex.EncodeToString(sum[:12])+".tar.gz")
+	if _, err := os.Stat(cached); err == nil {
+		return tarball.LayerFromFile(cached)
+	}
+	if err := os.MkdirAll(s.LayerCache, 0o755); err != nil {
+		return nil, err
+	}
+	tmp := filepath.Join(s.LayerCache, ".partial-"+filepath.Base(dir))
+	defer os.Remove(tmp)
+	if _, err := gzipLayer(ctx, tmp, write); err != nil {
+		return nil, err
+	}
+	if err := os.Rename(tmp, cached); err != nil {
+		return nil, err
+	}
+	return tarball.LayerFromFile(cached)
 }
 
 // configure sets the platform, entrypoint, environment and labels.

@@ -305,8 +305,8 @@ func (s *Server) Stop() {
 	s.mu.Unlock()
 	s.client.CloseIdleConnections()
 	removeHostNetwork(s.Bridge)
-	releaseMounts(s.DataDir)
-	releaseMounts(s.RunDir)
+	ReleaseMounts(s.DataDir)
+	ReleaseMounts(s.RunDir)
 	_ = os.RemoveAll(s.RunDir)
 	if s.ownDataDir {
 		_ = os.RemoveAll(s.DataDir)
@@ -350,11 +350,11 @@ func RandHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// releaseMounts detaches whatever is still mounted below dir once the server has
+// ReleaseMounts detaches whatever is still mounted below dir once the server has
 // stopped (runsc keeps a null-netns bind mount in its state root, and sandboxes left
 // running by a crash test keep their rootfs), deepest first, so the data dir can be
 // removed.
-func releaseMounts(dir string) {
+func ReleaseMounts(dir string) {
 	mounts, err := mountinfo.Read("/proc/self/mountinfo")
 	if err != nil {
 		return
