@@ -215,7 +215,8 @@ func warnNoKeys(ctx context.Context, cfg Config, st *postgres.Store, log *slog.L
 }
 
 // imageTemplates resolves the templates of the cluster mode: each configured
-// name (its ID is template.IDFor(name)) runs its configured image.
+// name (its ID is template.IDFor(name); a built-in's aliases name it too)
+// runs its configured image.
 type imageTemplates struct {
 	byRef map[string]controlplane.TemplateRef // by name and by ID
 }
@@ -226,12 +227,19 @@ func newImageTemplates(ctx context.Context, images map[string]string, st templat
 	t := &imageTemplates{byRef: map[string]controlplane.TemplateRef{}}
 	for name, image := range images {
 		ref := controlplane.TemplateRef{ID: template.IDFor(name), Alias: name}
-		t.byRef[name], t.byRef[ref.ID] = ref, ref
+		aliases := []string{name}
+		if def, ok := template.Builtin(name); ok {
+			aliases = append(aliases, def.Aliases...) // e.g. code-interpreter-v1, the official SDKs' default
+		}
+		for _, a := range aliases {
+			t.byRef[a] = ref
+		}
+		t.byRef[ref.ID] = ref
 		digest := ""
 		if _, d, ok := strings.Cut(image, "@"); ok {
 			digest = d
 		}
-		if err := st.PutTemplate(ctx, store.Template{ID: ref.ID, Name: name, Aliases: []string{name}, Digest: digest,
+		if err := st.PutTemplate(ctx, store.Template{ID: ref.ID, Name: name, Aliases: aliases, Digest: digest,
 			RootfsDir: image, BuiltAt: time.Now()}); err != nil {
 			return nil, fmt.Errorf("record template %s: %w", name, err)
 		}
