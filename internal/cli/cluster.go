@@ -9,6 +9,10 @@ import (
 	"github.com/cubby-dev/cubby/internal/server"
 )
 
+// storeEnv names the variable `serve` and `keys` read the store URL from
+// when --store is not given (the Helm chart sets it from a Secret).
+const storeEnv = "CUBBY_STORE"
+
 // kubeFlags are the repeatable NAME=VALUE flags of the cluster mode, parsed
 // into server.KubeConfig by apply.
 type kubeFlags struct {
@@ -20,7 +24,7 @@ func addClusterFlags(cmd *cobra.Command, cfg *server.Config, kf *kubeFlags) {
 	f := cmd.Flags()
 	k := &cfg.Kube
 	f.StringVar(&cfg.Backend, "backend", server.BackendLocal, "what runs sandboxes: local (this host) or kubernetes (a Pod per sandbox; run several replicas)")
-	f.StringVar(&cfg.Store, "store", "", "record store: empty = SQLite in --data-dir; postgres://… = PostgreSQL shared by replicas (required by --backend kubernetes)")
+	f.StringVar(&cfg.Store, "store", "", "record store: empty = SQLite in --data-dir; postgres://… = PostgreSQL shared by replicas (required by --backend kubernetes; default $"+storeEnv+")")
 	f.StringVar(&k.Kubeconfig, "kubeconfig", "", "kubeconfig file (kubernetes backend; default: in-cluster config, else $KUBECONFIG)")
 	f.StringVar(&k.Namespace, "namespace", "", "namespace of the sandbox Pods (default: the replica's own, else default)")
 	f.StringArrayVar(&kf.images, "template-image", nil, "NAME=IMAGE: the OCI image sandboxes of template NAME run (cubby template export builds one; repeatable)")

@@ -59,7 +59,7 @@ Replicas of --backend kubernetes share their keys in PostgreSQL: pass the same
 --store postgres://… instead of --data-dir, from anywhere that reaches it.`,
 	}
 	cmd.PersistentFlags().StringVar(&loc.dataDir, "data-dir", "/var/lib/cubby", "server data directory (holds cubby.db)")
-	cmd.PersistentFlags().StringVar(&loc.store, "store", "", "the servers' PostgreSQL (postgres://…), as given to cubby serve --store; replaces --data-dir")
+	cmd.PersistentFlags().StringVar(&loc.store, "store", "", "the servers' PostgreSQL (postgres://…), as given to cubby serve --store (default $"+storeEnv+"); replaces --data-dir")
 	cmd.AddCommand(newKeysCreateCmd(&loc), newKeysListCmd(&loc), newKeysRevokeCmd(&loc))
 	return cmd
 }
@@ -73,6 +73,9 @@ type keysLocation struct {
 // withKeys opens the keys' store at loc and runs f with a control plane that
 // can only manage keys. create allows creating a missing SQLite database.
 func withKeys(ctx context.Context, loc keysLocation, create bool, f func(*controlplane.Service) error) error {
+	if loc.store == "" {
+		loc.store = os.Getenv(storeEnv)
+	}
 	if loc.store != "" {
 		db, err := postgres.Open(ctx, loc.store)
 		if err != nil {

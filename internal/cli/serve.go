@@ -71,6 +71,9 @@ cubby keys create.`,
 				cfg.Pool = append(cfg.Pool, t)
 			}
 			cfg.EnvAPIKey = os.Getenv("CUBBY_API_KEY")
+			if cfg.Store == "" {
+				cfg.Store = os.Getenv(storeEnv) // keeps the password off the command line
+			}
 			log := logger(cmd, false)
 			if err := server.RestrictLogFiles(os.Stdout, os.Stderr); err != nil {
 				log.Warn("the server log stays readable by others", "err", err)

@@ -76,7 +76,7 @@ func (c *Cluster) Namespace(t testing.TB) string {
 const kwokNode = "kwok-node-0"
 
 // startKwok starts kwok with the stage files of its module (fast pod and
-// node stages, node heartbeats) and registers one simulated node with room
+// node stages, node heartbeats through node Leases) and registers one simulated node with room
 // for many sandboxes. Pod IPs come from a random 127.x.0.0/16.
 func (c *Cluster) startKwok() error {
 	stages, err := kwokStages(c.Dir)
@@ -90,7 +90,7 @@ func (c *Cluster) startKwok() error {
 	c.PodCIDR = fmt.Sprintf("127.%d.0.0/16", 100+int(randByte())%100)
 	if _, err := c.run("kwok", nil, filepath.Join(c.bin, "kwok"), "--kubeconfig="+c.Kubeconfig, "-c", stages,
 		"--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-		"--cidr="+c.PodCIDR, "--node-ip=127.0.0.1", fmt.Sprintf("--server-address=127.0.0.1:%d", port),
+		"--cidr="+c.PodCIDR, "--node-ip=127.0.0.1", fmt.Sprintf("--server-address=127.0.0.1:%d", port), "--node-lease-duration-seconds=40",
 	); err != nil {
 		return err
 	}
@@ -133,7 +133,7 @@ func kwokStages(dir string) (string, error) {
 	}
 	mod := strings.TrimSpace(string(out))
 	var files []string
-	for _, sub := range []string{"node/fast", "node/heartbeat", "pod/fast"} {
+	for _, sub := range []string{"node/fast", "node/heartbeat-with-lease", "pod/fast"} {
 		m, _ := filepath.Glob(filepath.Join(mod, "kustomize", "stage", sub, "*.yaml"))
 		files = append(files, m...)
 	}

@@ -13,6 +13,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -116,7 +117,8 @@ func newFleet(t *testing.T, c *kubetest.Cluster, n int, images map[string]string
 	t.Helper()
 	_, dsn := database(t)
 	f := &fleet{t: t, c: c, ns: c.Namespace(t), dsn: dsn, key: "e2b_" + testserver.RandHex(20)}
-	f.opts = kubetest.ReplicaOptions{Namespace: f.ns, Store: dsn, Key: f.key, Images: images, Args: args}
+	f.opts = kubetest.ReplicaOptions{Namespace: f.ns, Store: dsn, Key: f.key, Images: images, Args: args,
+		Kubeconfig: chartIdentity(t, c, f.ns)}
 	t.Cleanup(func() {
 		for _, r := range f.replicas {
 			if t.Failed() {
@@ -129,6 +131,36 @@ func newFleet(t *testing.T, c *kubetest.Cluster, n int, images map[string]string
 		f.add(fmt.Sprintf("replica-%d", i))
 	}
 	return f
+}
+
+// chartIdentity applies the Helm chart's service account and RBAC in ns and
+// returns a kubeconfig of that service account: replicas then have exactly
+// the rights the chart gives them.
+func chartIdentity(t *testing.T, c *kubetest.Cluster, ns string) string {
+	t.Helper()
+	rbac, err := kubetest.Helm(chartDir(t), "cubby", ns, "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c.Apply(ctx, rbac, ns, false); err != nil {
+		t.Fatal(err)
+	}
+	kc, err := c.ServiceAccountKubeconfig(ctx, ns, "cubby")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kc
+}
+
+// chartDir is deploy/helm/cubby.
+func chartDir(t *testing.T) string {
+	t.Helper()
+	root, err := testserver.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(root, "deploy", "helm", "cubby")
 }
 
 // add starts one more replica.

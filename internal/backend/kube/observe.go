@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -181,4 +182,36 @@ func (b *Backend) reap(pod *corev1.Pod) {
 		defer cancel()
 		b.deletePod(ctx, name, uid)
 	}()
+}
+
+// waitCached waits until the informer cache holds pod at its resourceVersion
+// (or a later one), so what this replica just wrote (a claim) is what its
+// Lookup, Stats and Recover see. Errors: ctx ending, the Pod vanishing.
+func (b *Backend) waitCached(ctx context.Context, pod *corev1.Pod) error {
+	for {
+		changed := b.changes()
+		cached, err := b.pods.Get(pod.Name)
+		switch {
+		case err != nil:
+			return fmt.Errorf("pod %s after update: %w", pod.Name, err)
+		case cached.UID != pod.UID:
+			return fmt.Errorf("pod %s was replaced", pod.Name)
+		case cached.ResourceVersion == pod.ResourceVersion || newerRV(cached.ResourceVersion, pod.ResourceVersion):
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pod %s after update: %w", pod.Name, ctx.Err())
+		case <-changed:
+		}
+	}
+}
+
+// newerRV reports whether resourceVersion a is later than b. Versions are
+// opaque to clients in general; this API server's are etcd revisions
+// (decimal integers), compared as such, and anything else counts as not newer.
+func newerRV(a, b string) bool {
+	x, errA := strconv.ParseUint(a, 10, 64)
+	y, errB := strconv.ParseUint(b, 10, 64)
+	return errA == nil && errB == nil && x > y
 }

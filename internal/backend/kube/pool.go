@@ -106,7 +106,11 @@ func (p *Pool) claim(ctx context.Context, pod *corev1.Pod, req backend.CreateReq
 		return backend.Instance{}, err
 	}
 	claimed.Annotations[AnnRuntime] = req.Runtime
-	if _, err := p.b.client.CoreV1().Pods(p.b.cfg.Namespace).Update(ctx, claimed, metav1.UpdateOptions{}); err != nil {
+	updated, err := p.b.client.CoreV1().Pods(p.b.cfg.Namespace).Update(ctx, claimed, metav1.UpdateOptions{})
+	if err != nil {
+		return backend.Instance{}, err
+	}
+	if err := p.b.waitCached(ctx, updated); err != nil {
 		return backend.Instance{}, err
 	}
 	addr, _, _ := readiness(pod)
