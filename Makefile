@@ -4,7 +4,7 @@ BIN     ?= bin/cubby
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/cubby-dev/cubby/internal/cli.Version=$(VERSION)
 
-.PHONY: all build generate web templates test deps-test test-unit test-integration test-compat test-leaks quickstart bench fmt vet clean
+.PHONY: all build generate web templates test test-host deps-test test-unit test-integration test-compat test-leaks test-k8s k8s-tools manifests quickstart bench fmt vet clean
 
 all: build
 
@@ -30,9 +30,14 @@ web:
 TEMPLATES ?= $(CURDIR)/.cache/templates
 export CUBBY_TEMPLATES_DIR := $(TEMPLATES)
 
-## test: everything CI runs: host test deps, vet, unit tests, integration tests against the real server, the official SDK
-## suites against both SDK sets (pinned and latest), then a check that no stopped server left its bridge or nftables table
-test: deps-test vet test-unit test-integration test-compat test-leaks
+## test: everything CI runs: host test deps, then two lanes at once: vet, unit tests, integration tests against the real
+## server and the official SDK suites against both SDK sets (pinned and latest); and the cluster tiers (the Kubernetes
+## build, cached by content, then test-k8s); then a check that no stopped server left its bridge or nftables table
+test: deps-test
+	$(MAKE) -j2 --output-sync=target test-host test-k8s
+	$(MAKE) test-leaks
+
+test-host: vet test-unit test-integration test-compat
 
 deps-test:
 	scripts/install-deps.sh --test
@@ -55,6 +60,26 @@ test-compat: templates
 ## identified by their bridge lock; servers of older versions hold none)
 test-leaks: build
 	$(BIN) network leaks
+
+## test-k8s: the cluster tiers: T1 (a real kube-apiserver + etcd: the kubernetes backend, the PostgreSQL store, the chart),
+## T2 (+ scheduler, controller manager, kwok nodes: replicas at scale) and T3 (+ a real kubelet and containerd node: the
+## official SDKs through two replicas); each tier's time is printed
+test-k8s: k8s-tools templates
+	@t=$$(date +%s); CUBBY_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m ./internal/backend/kube/ ./internal/store/... \
+		&& echo "test-k8s: T1 (API server, PostgreSQL) took $$(( $$(date +%s) - t )) s"
+	@t=$$(date +%s); CUBBY_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 30m -run 'TestChart|TestHundred|TestReaper|TestRacing|TestEviction|TestStoreLost|TestAPIServerLost' ./test/cluster/ \
+		&& echo "test-k8s: T1 chart + T2 (simulated cluster) took $$(( $$(date +%s) - t )) s"
+	@t=$$(date +%s); CUBBY_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 40m -run 'TestNode|TestOfficialSDKs' ./test/cluster/ \
+		&& echo "test-k8s: T3 (real node, official SDKs) took $$(( $$(date +%s) - t )) s"
+
+## k8s-tools: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, helm, kwok and etcd in bin/k8s, built from
+## the pinned tools modules tools/{k8s,kwok,etcd} (cached by content in .cache/k8s-tools)
+k8s-tools:
+	scripts/k8s-tools.sh
+
+## manifests: the plain manifests deploy/manifests/cubby.yaml, rendered from the Helm chart (default values, namespace cubby)
+manifests: k8s-tools
+	bin/k8s/helm template cubby deploy/helm/cubby --namespace cubby > deploy/manifests/cubby.yaml
 
 ## quickstart: install what is missing, build, start the server and run a real example with the official SDK
 quickstart:

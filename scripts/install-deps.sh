@@ -8,12 +8,16 @@
 # host: ipykernel, matplotlib, pandas, IRkernel and Deno's Jupyter kernel;
 # Debian's chromium, which the dashboard tests drive headless; python3-venv for
 # the MCP Python client check (test/mcp/python makes its own venv from its
-# requirements.txt); and iproute2 (ss: the egress security tests list the
-# egress proxy's sockets).
+# requirements.txt); iproute2 (ss: the egress security tests list the egress
+# proxy's sockets); and what the cluster tests need: PostgreSQL, containerd
+# (whose node runs sandboxes with the pinned bin/runc) and the CNI plugins.
 set -euo pipefail
 pkgs=(gcc pkg-config libseccomp-dev mmdebstrap nftables e2fsprogs busybox-static ca-certificates curl)
 if [ "${1:-}" = --test ]; then
   pkgs+=(python3-ipykernel python3-matplotlib python3-pandas python3-pytest python3-pil r-cran-irkernel chromium python3-venv iproute2)
+  # The cluster tests: PostgreSQL (initdb'd into temp dirs by the tests) and a
+  # real Kubernetes node's runtime (containerd, the CNI plugins).
+  pkgs+=(postgresql containerd containernetworking-plugins)
 fi
 need=()
 for pkg in "${pkgs[@]}"; do
