@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -61,6 +62,7 @@ func writeEntry(tw *tar.Writer, p, name string, links map[uint64]string) error {
 		return err
 	}
 	hdr.Name, hdr.Uname, hdr.Gname, hdr.Format = name, "", "", tar.FormatPAX
+	hdr.AccessTime, hdr.ChangeTime = time.Time{}, time.Time{} // reading the tree changes them
 	if fi.IsDir() {
 		hdr.Name += "/"
 	}
