@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"encoding/json"
 	"net/netip"
 	"time"
 
@@ -9,7 +10,7 @@ import (
 )
 
 // Store is what the control plane keeps in its record store: sandbox records,
-// API keys and teams. *store.Store (SQLite, one server) and *postgres.Store
+// API keys, teams, team secrets and network credentials. *store.Store (SQLite, one server) and *postgres.Store
 // (PostgreSQL, shared by replicas) implement it; errors wrap store.ErrNotFound
 // and store.ErrConflict as package store documents.
 type Store interface {
@@ -31,6 +32,16 @@ type Store interface {
 	ActiveAPIKeys(ctx context.Context) ([]store.APIKey, error)
 	RevokeAPIKey(ctx context.Context, id string, at time.Time) error
 	TouchAPIKey(ctx context.Context, id string, at time.Time) error
+
+	InsertSecret(ctx context.Context, sec store.Secret) error
+	GetSecret(ctx context.Context, team, idOrName string) (store.Secret, error)
+	ListSecrets(ctx context.Context, team, after string, limit int) ([]store.Secret, error)
+	UpdateSecret(ctx context.Context, team, id string, sealed []byte, metadata map[string]string, at time.Time) (store.Secret, error)
+	DeleteSecret(ctx context.Context, team, id string) error
+	// SetNetwork and NetworkSecret keep a sandbox's egress settings and its
+	// sealed network credentials.
+	SetNetwork(ctx context.Context, id string, allowInternet *bool, network json.RawMessage, sealed []byte) error
+	NetworkSecret(ctx context.Context, id string) ([]byte, error)
 }
 
 // TemplateFinder looks templates up by ID, name or alias (store.Store.FindTemplate).

@@ -355,7 +355,7 @@ func (s *Store) MarkKilled(ctx context.Context, id string, at time.Time, reason 
 // paused or its deadline is after at, ErrNotFound when unknown or killed.
 func (s *Store) MarkExpired(ctx context.Context, id string, at time.Time, reason string) error {
 	res, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET state = 'killed', killed_at = ?, kill_reason = ?,
-		access_token = '', traffic_token = '', env_vars = '{}' WHERE id = ? AND state = 'running' AND end_at <= ?`,
+		access_token = '', traffic_token = '', env_vars = '{}', network_secret = NULL WHERE id = ? AND state = 'running' AND end_at <= ?`,
 		toMS(at), reason, id, toMS(at))
 	if err != nil {
 		return fmt.Errorf("expire sandbox %s: %w", id, err)

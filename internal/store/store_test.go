@@ -66,4 +66,3 @@ func TestPrivateTrafficMigration(t *testing.T) {
 		}
 	}
 }
-

@@ -69,7 +69,8 @@ func TestChartServerSideDryRun(t *testing.T) {
 	}{
 		{ns, "", "pods", "", "create", true}, {ns, "", "pods", "", "watch", true}, {ns, "", "pods", "", "delete", true},
 		{ns, "", "pods", "log", "get", true}, {ns, "coordination.k8s.io", "leases", "", "update", true},
-		{ns, "networking.k8s.io", "networkpolicies", "", "create", true}, {ns, "", "events", "", "create", true},
+		{ns, "networking.k8s.io", "networkpolicies", "", "create", true}, {ns, "networking.k8s.io", "networkpolicies", "", "delete", true},
+		{ns, "", "events", "", "create", true},
 		{ns, "", "secrets", "", "get", false}, {ns, "", "pods", "exec", "create", false}, {ns, "", "services", "", "create", false},
 		{ns, "", "serviceaccounts", "token", "create", false}, {"default", "", "pods", "", "list", false},
 		{"", "", "nodes", "", "list", false}, {ns, "rbac.authorization.k8s.io", "roles", "", "update", false},

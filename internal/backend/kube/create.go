@@ -16,26 +16,40 @@ import (
 	"github.com/cubby-dev/cubby/internal/backend"
 )
 
-// Create implements backend.Backend: it creates the sandbox's Pod, waits until
+// Create implements backend.Backend: it creates the sandbox's Pod (and, for
+// an egress policy, its own NetworkPolicy: see SetEgress), waits until
 // it runs and its agent's readiness probe passes (at most PendingTimeout: a
 // Pod still pending then, or failing, is deleted and the create fails with the
 // cluster's reason), then sends the agent req.Init. On error no Pod is left.
 // Errors wrap backend.ErrInvalid for what the cluster rejects (an unknown
 // RuntimeClass, an invalid spec) and backend.ErrUnavailable when the API
-// cannot be reached.
+// cannot be reached, backend.ErrNotSupported for egress the cluster cannot
+// enforce (checkEgress).
 func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (in backend.Instance, err error) {
+	if !req.Egress.IsZero() {
+		if err := checkEgress(req.Egress); err != nil {
+			return backend.Instance{}, err
+		}
+	}
 	pod, err := b.podFor(req, StateClaimed)
 	if err != nil {
 		return backend.Instance{}, err
 	}
-	if _, err := b.client.CoreV1().Pods(b.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	created, err := b.client.CoreV1().Pods(b.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
 		return backend.Instance{}, fmt.Errorf("create pod %s: %w", pod.Name, apiError(err))
 	}
 	defer func() {
 		if err != nil {
 			b.deletePod(context.WithoutCancel(ctx), pod.Name, "")
+			_ = b.deleteEgressPolicy(context.WithoutCancel(ctx), req.SandboxID)
 		}
 	}()
+	if !req.Egress.IsZero() {
+		if err := b.putEgressPolicy(ctx, b.egressPolicy(req.SandboxID, req.Egress, created)); err != nil {
+			return backend.Instance{}, err
+		}
+	}
 	addr, err := b.waitReady(ctx, pod.Name)
 	if err != nil {
 		return backend.Instance{}, err
@@ -56,7 +70,7 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (in bac
 
 // agent returns a client of the agent at addr.
 func (b *Backend) agent(addr netip.Addr, token string) *agentapi.Client {
-	return agentapi.NewClient(addr, token)
+	return agentapi.NewClient(addr, "", token)
 }
 
 // waitReady waits until Pod name runs with an IP and passes its readiness

@@ -21,7 +21,7 @@ import (
 )
 
 // Kill implements backend.Backend: it deletes the sandbox's Pod at once
-// (grace period 0). A Pod already gone is not an error; of replicas racing
+// (grace period 0) and its own egress NetworkPolicy. A Pod already gone is not an error; of replicas racing
 // to kill one sandbox the store decides the answer, the deletes are idempotent.
 func (b *Backend) Kill(ctx context.Context, id string) error {
 	grace := int64(0)
@@ -29,7 +29,7 @@ func (b *Backend) Kill(ctx context.Context, id string) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete pod %s: %w", podName(id), apiError(err))
 	}
-	return nil
+	return b.deleteEgressPolicy(ctx, id)
 }
 
 // Lookup implements backend.Backend from the informer cache: the sandbox's

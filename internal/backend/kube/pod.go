@@ -29,7 +29,7 @@ func (b *Backend) podFor(req backend.CreateRequest, state string) (*corev1.Pod, 
 			Labels: map[string]string{
 				LabelManagedBy: managedBy, LabelSandbox: "true", LabelID: req.SandboxID,
 				LabelTemplate: req.TemplateID, LabelState: state, LabelPoolKey: poolKey(req, image, b.runtimeClass(req.Runtime)),
-				LabelInternet: boolLabel(!req.NoInternet),
+				LabelInternet: boolLabel(internet(req)),
 			},
 			Annotations: map[string]string{AnnRuntime: req.Runtime},
 		},
@@ -52,7 +52,7 @@ func claimMeta(m *metav1.ObjectMeta, req backend.CreateRequest, identity string)
 	}
 	m.Labels[LabelState] = StateClaimed
 	m.Labels[LabelTeam] = teamLabel(req.Team)
-	m.Labels[LabelInternet] = boolLabel(!req.NoInternet)
+	m.Labels[LabelInternet] = boolLabel(internet(req))
 	if m.Annotations == nil {
 		m.Annotations = map[string]string{}
 	}
@@ -64,6 +64,10 @@ func claimMeta(m *metav1.ObjectMeta, req backend.CreateRequest, identity string)
 	m.Annotations[AnnClaimedAt] = time.Now().UTC().Format(time.RFC3339Nano)
 	return nil
 }
+
+// internet reports whether a sandbox of req gets the shared internet
+// NetworkPolicy: not with NoInternet, nor with an egress policy of its own.
+func internet(req backend.CreateRequest) bool { return !req.NoInternet && req.Egress.IsZero() }
 
 // podSpec is the Pod spec of a sandbox: the agent as PID 1 of the template
 // image, no service account token, no service links, the sandbox's own DNS,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strings"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -29,14 +30,7 @@ func (b *Backend) Policies() []*networkingv1.NetworkPolicy {
 	meta := func(name string) metav1.ObjectMeta {
 		return metav1.ObjectMeta{Name: name, Namespace: b.cfg.Namespace, Labels: map[string]string{LabelManagedBy: managedBy}}
 	}
-	var v4, v6 []string
-	for _, c := range b.cfg.EgressExcept {
-		if len(c) > 0 && containsColon(c) {
-			v6 = append(v6, c)
-		} else {
-			v4 = append(v4, c)
-		}
-	}
+	v4, v6 := b.exceptions()
 	return []*networkingv1.NetworkPolicy{{
 		ObjectMeta: meta(PolicyIsolation),
 		Spec: networkingv1.NetworkPolicySpec{
@@ -59,14 +53,7 @@ func (b *Backend) Policies() []*networkingv1.NetworkPolicy {
 	}}
 }
 
-func containsColon(s string) bool {
-	for i := range len(s) {
-		if s[i] == ':' {
-			return true
-		}
-	}
-	return false
-}
+func containsColon(s string) bool { return strings.Contains(s, ":") }
 
 // EnsurePolicies creates the NetworkPolicies of Policies, or updates them
 // when they differ. Replicas call it at start; racing replicas converge.

@@ -59,8 +59,8 @@ func (b *Backend) NewPool(cfg PoolConfig) *Pool {
 // candidate was taken by another replica first.
 func (p *Pool) Claim(ctx context.Context, req backend.CreateRequest) (backend.Instance, bool) {
 	image, ok := p.b.cfg.Images[req.TemplateID]
-	if !ok {
-		return backend.Instance{}, false
+	if !ok || !req.Egress.IsZero() {
+		return backend.Instance{}, false // an egress policy of its own: created cold
 	}
 	defer p.signal()
 	key := poolKey(req, image, p.b.runtimeClass(req.Runtime))

@@ -18,7 +18,7 @@ var pgxNoRows = pgx.ErrNoRows
 
 const sandboxColumns = `id, team, template_id, template_alias, metadata, env_vars, cpu_count, memory_mb,
 	disk_mb, started_at, end_at, state, secure, access_token, traffic_token,
-	allow_internet_access, network, lifecycle, runtime, addr, killed_at, kill_reason`
+	allow_internet_access, network, lifecycle, runtime, addr, killed_at, kill_reason, private_traffic`
 
 // InsertSandbox adds a new sandbox record (store.Store.InsertSandbox). A
 // duplicate ID is an error.
@@ -55,7 +55,7 @@ func sandboxArgs(sb store.Sandbox) ([]any, error) {
 	return []any{sb.ID, team, sb.TemplateID, sb.TemplateAlias, nonNil(sb.Metadata), nonNil(sb.EnvVars),
 		sb.CPUCount, sb.MemoryMB, sb.DiskSizeMB, ms(sb.StartedAt), ms(sb.EndAt), string(sb.State), sb.Secure,
 		sb.AccessToken, sb.TrafficToken, sb.AllowInternetAccess, network, string(life), sb.Runtime, addr,
-		nullTime(sb.KilledAt), sb.KillReason}, nil
+		nullTime(sb.KilledAt), sb.KillReason, sb.PrivateTraffic}, nil
 }
 
 func nonNil(m map[string]string) map[string]string {
@@ -85,7 +85,7 @@ func scanSandbox(row pgx.Row) (store.Sandbox, error) {
 	)
 	err := row.Scan(&sb.ID, &sb.Team, &sb.TemplateID, &sb.TemplateAlias, &sb.Metadata, &sb.EnvVars, &sb.CPUCount,
 		&sb.MemoryMB, &sb.DiskSizeMB, &started, &endAt, &state, &sb.Secure, &sb.AccessToken, &sb.TrafficToken,
-		&sb.AllowInternetAccess, &network, &life, &sb.Runtime, &adr, &killed, &sb.KillReason)
+		&sb.AllowInternetAccess, &network, &life, &sb.Runtime, &adr, &killed, &sb.KillReason, &sb.PrivateTraffic)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
@@ -222,10 +222,10 @@ func (s *Store) MarkResumed(ctx context.Context, id string, addr netip.Addr, end
 }
 
 // killSet is the update that kills a record and drops its secrets.
-const killSet = "state = 'killed', killed_at = $3, kill_reason = $4, access_token = '', traffic_token = '', env_vars = '{}'"
+const killSet = "state = 'killed', killed_at = $3, kill_reason = $4, access_token = '', traffic_token = '', env_vars = '{}', network_secret = NULL"
 
 // MarkKilled moves a live sandbox to killed with the time and reason and drops
-// its access token, traffic token and env vars. ErrNotFound when unknown or
+// its access token, traffic token, env vars and sealed network credentials. ErrNotFound when unknown or
 // already killed (of racing kills exactly one succeeds).
 func (s *Store) MarkKilled(ctx context.Context, id string, at time.Time, reason string) error {
 	return s.transition(ctx, id, []store.State{store.StateRunning, store.StatePaused}, killSet, ms(at), reason)

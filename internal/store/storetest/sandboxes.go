@@ -18,6 +18,7 @@ func testSandboxRoundTrip(t *testing.T, s Store) {
 	in := Rec("abc", time.UnixMilli(1_700_000_000_123).UTC(), map[string]string{"k y": "v&1"})
 	in.AllowInternetAccess = &allow
 	in.Network = []byte(`{"allowPublicTraffic":false}`)
+	in.TrafficToken, in.PrivateTraffic = "traffic", true
 	in.Addr = netip.MustParseAddr("10.77.0.5")
 	in.Lifecycle = store.Lifecycle{OnTimeout: "pause", AutoResume: true}
 	insert(t, s, in)

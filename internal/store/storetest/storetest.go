@@ -3,11 +3,12 @@
 // PostgreSQL store in store/postgres) runs Run against a fresh, empty store and
 // must pass the same tests: record round trips, state transitions and their
 // races, listing and cursors, API keys, teams (tenancy), templates, and the
-// secrets a killed sandbox must lose.
+// secrets a killed sandbox must lose, team secrets and network credentials.
 package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"net/netip"
 	"testing"
 	"time"
@@ -43,6 +44,14 @@ type Store interface {
 	ListTemplates(ctx context.Context) ([]store.Template, error)
 	DeleteTemplate(ctx context.Context, id string) error
 
+	InsertSecret(ctx context.Context, sec store.Secret) error
+	GetSecret(ctx context.Context, team, idOrName string) (store.Secret, error)
+	ListSecrets(ctx context.Context, team, after string, limit int) ([]store.Secret, error)
+	UpdateSecret(ctx context.Context, team, id string, sealed []byte, metadata map[string]string, at time.Time) (store.Secret, error)
+	DeleteSecret(ctx context.Context, team, id string) error
+	SetNetwork(ctx context.Context, id string, allowInternet *bool, network json.RawMessage, sealed []byte) error
+	NetworkSecret(ctx context.Context, id string) ([]byte, error)
+
 	Ping(ctx context.Context) error
 }
 
@@ -50,26 +59,43 @@ type Store interface {
 // not close it (the opener registers its own cleanup).
 type Opener func(t *testing.T) Store
 
+// tests are the conformance tests by name.
+var tests = []struct {
+	name string
+	fn   func(*testing.T, Store)
+}{
+	{"SandboxRoundTrip", testSandboxRoundTrip},
+	{"Transitions", testTransitions},
+	{"Expiry", testExpiry},
+	{"RacingKills", testRacingKills},
+	{"RacingExpiryAndExtension", testRacingExpiry},
+	{"ListFiltersAndCursor", testListFiltersAndCursor},
+	{"APIKeys", testAPIKeys},
+	{"Teams", testTeams},
+	{"Templates", testTemplates},
+	{"KilledDropsSecrets", testKilledDropsSecrets},
+	{"SecretRecords", testSecretRecords},
+	{"SetNetworkAndKillDropsCredentials", testSetNetwork},
+}
+
 // Run runs every conformance test as a subtest of t, each on its own store.
 func Run(t *testing.T, open Opener) {
-	tests := []struct {
-		name string
-		fn   func(*testing.T, Store)
-	}{
-		{"SandboxRoundTrip", testSandboxRoundTrip},
-		{"Transitions", testTransitions},
-		{"Expiry", testExpiry},
-		{"RacingKills", testRacingKills},
-		{"RacingExpiryAndExtension", testRacingExpiry},
-		{"ListFiltersAndCursor", testListFiltersAndCursor},
-		{"APIKeys", testAPIKeys},
-		{"Teams", testTeams},
-		{"Templates", testTemplates},
-		{"KilledDropsSecrets", testKilledDropsSecrets},
-	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
 	}
+}
+
+// RunOne runs the conformance test called name (as Run names its subtests)
+// directly in t on a store from open; t fails when no test has that name.
+// Stores use it to check their files after a test that drops secrets.
+func RunOne(t *testing.T, name string, open Opener) {
+	for _, tc := range tests {
+		if tc.name == name {
+			tc.fn(t, open(t))
+			return
+		}
+	}
+	t.Fatalf("no conformance test %q", name)
 }
 
 // Rec is a running sandbox record of the default team started at started.
