@@ -46,7 +46,7 @@ func TestMain(m *testing.M) {
 }
 
 // skip skips t when tier, PostgreSQL or the cubby binary are not available.
-func skip(t *testing.T, tier kubetest.Tier) {
+func skip(t testing.TB, tier kubetest.Tier) {
 	t.Helper()
 	for _, r := range []string{kubetest.SkipReason(tier), pgtest.SkipReason(), testserver.SkipReason()} {
 		if r != "" {
@@ -56,7 +56,7 @@ func skip(t *testing.T, tier kubetest.Tier) {
 }
 
 // clusterOf returns the shared cluster of tier, starting it on first use.
-func clusterOf(t *testing.T, tier kubetest.Tier) *kubetest.Cluster {
+func clusterOf(t testing.TB, tier kubetest.Tier) *kubetest.Cluster {
 	t.Helper()
 	skip(t, tier)
 	shared.mu.Lock()
@@ -80,7 +80,7 @@ func clusterOf(t *testing.T, tier kubetest.Tier) *kubetest.Cluster {
 }
 
 // database returns a fresh PostgreSQL database's DSN.
-func database(t *testing.T) (*pgtest.Server, string) {
+func database(t testing.TB) (*pgtest.Server, string) {
 	t.Helper()
 	shared.mu.Lock()
 	if shared.pg == nil {
@@ -102,7 +102,7 @@ func database(t *testing.T) (*pgtest.Server, string) {
 
 // fleet is a set of replicas of one deployment: one namespace, one database.
 type fleet struct {
-	t        *testing.T
+	t        testing.TB
 	c        *kubetest.Cluster
 	ns, dsn  string
 	key      string
@@ -113,7 +113,7 @@ type fleet struct {
 // newFleet starts n replicas on a fresh namespace and database of c with
 // extra serve flags args; they stop when t ends (their logs are attached when
 // it fails).
-func newFleet(t *testing.T, c *kubetest.Cluster, n int, images map[string]string, args ...string) *fleet {
+func newFleet(t testing.TB, c *kubetest.Cluster, n int, images map[string]string, args ...string) *fleet {
 	t.Helper()
 	_, dsn := database(t)
 	f := &fleet{t: t, c: c, ns: c.Namespace(t), dsn: dsn, key: "e2b_" + testserver.RandHex(20)}
@@ -136,7 +136,7 @@ func newFleet(t *testing.T, c *kubetest.Cluster, n int, images map[string]string
 // chartIdentity applies the Helm chart's service account and RBAC in ns and
 // returns a kubeconfig of that service account: replicas then have exactly
 // the rights the chart gives them.
-func chartIdentity(t *testing.T, c *kubetest.Cluster, ns string) string {
+func chartIdentity(t testing.TB, c *kubetest.Cluster, ns string) string {
 	t.Helper()
 	rbac, err := kubetest.Helm(chartDir(t), "cubby", ns, "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml")
 	if err != nil {
@@ -154,7 +154,7 @@ func chartIdentity(t *testing.T, c *kubetest.Cluster, ns string) string {
 }
 
 // chartDir is deploy/helm/cubby.
-func chartDir(t *testing.T) string {
+func chartDir(t testing.TB) string {
 	t.Helper()
 	root, err := testserver.RepoRoot()
 	if err != nil {
@@ -219,7 +219,7 @@ func (f *fleet) create(r *kubetest.Replica, template string, timeout int) (strin
 }
 
 // eventually polls ok every 100 ms until it holds or d passes.
-func eventually(t *testing.T, d time.Duration, what string, ok func() bool) {
+func eventually(t testing.TB, d time.Duration, what string, ok func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !ok() {

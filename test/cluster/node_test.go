@@ -36,7 +36,7 @@ var loaded struct {
 // nodeImages exports the templates as images (the template layers cached in
 // <repo>/.cache/k8s-layers), loads them into c's node and returns their
 // references by template name.
-func nodeImages(t *testing.T, c *kubetest.Cluster) map[string]string {
+func nodeImages(t testing.TB, c *kubetest.Cluster) map[string]string {
 	t.Helper()
 	loaded.once.Do(func() { loaded.refs, loaded.err = exportTemplates(c) })
 	if loaded.err != nil {
@@ -92,7 +92,7 @@ func logf(format string, args ...any) {
 }
 
 // nodeFleet starts n replicas on the node tier with the template images.
-func nodeFleet(t *testing.T, n int, args ...string) *fleet {
+func nodeFleet(t testing.TB, n int, args ...string) *fleet {
 	t.Helper()
 	c := clusterOf(t, kubetest.TierNode)
 	refs := nodeImages(t, c)
