@@ -343,10 +343,12 @@ func (s *Store) MarkResumed(ctx context.Context, id string, addr netip.Addr, end
 // in the WAL until TruncateWAL).
 // Returns ErrNotFound when unknown or already killed.
 func (s *Store) MarkKilled(ctx context.Context, id string, at time.Time, reason string) error {
-	return s.transition(ctx, id, []State{StateRunning, StatePaused},
-		"state = 'killed', killed_at = ?, kill_reason = ?, access_token = '', traffic_token = '', env_vars = '{}', network_secret = NULL",
-		toMS(at), reason)
+	return s.transition(ctx, id, []State{StateRunning, StatePaused}, killSet, toMS(at), reason)
 }
+
+// killSet is the update that kills a record (killed_at and kill_reason are
+// its parameters) and drops its secrets.
+const killSet = "state = 'killed', killed_at = ?, kill_reason = ?, access_token = '', traffic_token = '', env_vars = '{}', network_secret = NULL"
 
 // MarkExpired moves a running sandbox whose deadline is at or before at to
 // killed with the time and reason, dropping its secrets as MarkKilled does. It
@@ -354,8 +356,7 @@ func (s *Store) MarkKilled(ctx context.Context, id string, at time.Time, reason 
 // several servers, exactly one applies. Returns ErrConflict when the sandbox is
 // paused or its deadline is after at, ErrNotFound when unknown or killed.
 func (s *Store) MarkExpired(ctx context.Context, id string, at time.Time, reason string) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET state = 'killed', killed_at = ?, kill_reason = ?,
-		access_token = '', traffic_token = '', env_vars = '{}', network_secret = NULL WHERE id = ? AND state = 'running' AND end_at <= ?`,
+	res, err := s.db.ExecContext(ctx, "UPDATE sandboxes SET "+killSet+" WHERE id = ? AND state = 'running' AND end_at <= ?",
 		toMS(at), reason, id, toMS(at))
 	if err != nil {
 		return fmt.Errorf("expire sandbox %s: %w", id, err)
