@@ -9,7 +9,7 @@
 //     which simulates nodes: Pods are scheduled, marked running and given
 //     loopback IPs without running anything (tests put stand-ins there).
 //   - TierNode: plus a real node inside a network namespace the harness
-//     creates: containerd (Debian's), runc, the CNI bridge plugin and a real
+//     creates: containerd (Debian's), the pinned bin/runc (else PATH's), the CNI bridge plugin and a real
 //     kubelet; Pods run for real.
 //
 // Binaries come from CUBBY_K8S_BIN (default <repo>/bin/k8s, `make k8s-tools`);
@@ -40,7 +40,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/cubby-dev/cubby/internal/testserver"
+	"github.com/cubby-dev/cubby/internal/testhost"
 )
 
 // Tier selects how much of a cluster Start runs.
@@ -83,7 +83,7 @@ func BinDir() string {
 	if d := os.Getenv("CUBBY_K8S_BIN"); d != "" {
 		return d
 	}
-	root, err := testserver.RepoRoot()
+	root, err := testhost.RepoRoot()
 	if err != nil {
 		return "bin/k8s"
 	}
@@ -112,7 +112,7 @@ func SkipReason(tier Tier) string {
 	}
 	for _, b := range tierPrograms(tier) {
 		if _, err := exec.LookPath(b); err != nil {
-			return fmt.Sprintf("%s not installed: run scripts/install-deps.sh --k8s", b)
+			return fmt.Sprintf("%s not installed: run scripts/install-deps.sh --test", b)
 		}
 	}
 	return ""
@@ -149,7 +149,7 @@ func Start(t testing.TB, tier Tier) *Cluster {
 // Launch starts a cluster of tier in dir (outside a test: the caller checks
 // SkipReason and calls Stop). Errors carry the failing component's log tail.
 func Launch(tier Tier, dir string) (c *Cluster, err error) {
-	c = &Cluster{Dir: dir, bin: BinDir(), host: "127.0.0.1", Tier: tier, Token: testserver.RandHex(16)}
+	c = &Cluster{Dir: dir, bin: BinDir(), host: "127.0.0.1", Tier: tier, Token: testhost.RandHex(16)}
 	defer func() {
 		if err != nil {
 			err = fmt.Errorf("%w\n%s", err, c.Logs(2000))
@@ -366,7 +366,7 @@ func freePorts3() (a, b, c int, err error) {
 	seen := map[int]bool{}
 	var ports []int
 	for len(ports) < 3 {
-		p, err := testserver.FreePort()
+		p, err := testhost.FreePort()
 		if err != nil {
 			return 0, 0, 0, err
 		}
@@ -378,7 +378,7 @@ func freePorts3() (a, b, c int, err error) {
 	return ports[0], ports[1], ports[2], nil
 }
 
-func freePort() (int, error) { return testserver.FreePort() }
+func freePort() (int, error) { return testhost.FreePort() }
 
 func randByte() byte {
 	b := make([]byte, 1)
@@ -387,13 +387,13 @@ func randByte() byte {
 }
 
 // randSuffix returns 8 random hex digits.
-func randSuffix() string { return testserver.RandHex(4) }
+func randSuffix() string { return testhost.RandHex(4) }
 
 func mustQuantity(s string) resource.Quantity { return resource.MustParse(s) }
 
 // repoTool returns <repo>/tools/<name>, a tools module.
 func repoTool(name string) (string, error) {
-	root, err := testserver.RepoRoot()
+	root, err := testhost.RepoRoot()
 	if err != nil {
 		return "", err
 	}

@@ -16,7 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/cubby-dev/cubby/internal/testserver"
+	"github.com/cubby-dev/cubby/internal/testhost"
 )
 
 // node is the real node of TierNode: containerd and a kubelet inside a
@@ -49,11 +49,11 @@ var sysctlsKubeletWants = map[string]string{
 // newNode prepares the namespace, the veth pair and the route; Launch then
 // binds the API server to hostIP and calls start.
 func newNode(c *Cluster) (*node, error) {
-	link, err := testserver.FreeSubnet()
+	link, err := testhost.FreeSubnet()
 	if err != nil {
 		return nil, err
 	}
-	pods, err := testserver.FreeSubnet()
+	pods, err := testhost.FreeSubnet()
 	if err != nil {
 		return nil, err
 	}
@@ -247,7 +247,7 @@ func (n *node) cleanup() {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	testserver.ReleaseMounts(n.dir)
+	testhost.ReleaseMounts(n.dir)
 }
 
 // killCgroup SIGKILLs every process in the cgroup tree at dir and returns how many.

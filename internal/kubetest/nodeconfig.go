@@ -15,7 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"github.com/cubby-dev/cubby/internal/testserver"
+	"github.com/cubby-dev/cubby/internal/testhost"
 )
 
 // pauseImage is the test node's Pod sandbox image, built by loadPause.
@@ -24,7 +24,7 @@ const pauseImage = "cubby.local/kubetest/pause:1"
 // writeConfigs writes containerd's configuration (its own root, state and
 // socket; the CNI bridge plugin with addresses from podNet; no AppArmor; OOM
 // score adjustments clamped, since this machine lacks CAP_SYS_RESOURCE), the
-// CNI network and the kubelet's configuration.
+// CNI network and the kubelet's configuration. Pods run with runcBinary.
 func (n *node) writeConfigs() error {
 	d := n.dir
 	containerd := fmt.Sprintf(`version = 2
@@ -50,8 +50,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        BinaryName = %[8]q
 `, filepath.Join(d, "containerd", "root"), filepath.Join(d, "containerd", "state"), n.sock, n.sock+".ttrpc",
-		filepath.Join(d, "containerd", "opt"), pauseImage, filepath.Join(d, "cni"))
+		filepath.Join(d, "containerd", "opt"), pauseImage, filepath.Join(d, "cni"), runcBinary())
 	cni := fmt.Sprintf(`{"cniVersion": "0.4.0", "name": "cubby-kubetest", "plugins": [
   {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
    "ipam": {"type": "host-local", "dataDir": %q, "ranges": [[{"subnet": %q}]], "routes": [{"dst": "0.0.0.0/0"}]}},
@@ -106,9 +108,26 @@ evictionHard: {memory.available: "100Mi", nodefs.available: "1%%", imagefs.avail
 `, n.nodeIP, n.cgroup, n.sock, n.podNet, filepath.Join(n.dir, "resolv.conf"), filepath.Join(n.dir, "pod-logs"))
 }
 
+// runcBinary is the runc the node's containerd runs Pods with: the pinned
+// <repo>/bin/runc (`make runc`), as the single-host server prefers, else
+// "runc" from PATH.
+func runcBinary() string {
+	if root, err := testhost.RepoRoot(); err == nil {
+		if p := filepath.Join(root, "bin", "runc"); fileExists(p) {
+			return p
+		}
+	}
+	return "runc"
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
 // loadPause builds the pause program, wraps it in an image and imports it.
 func (n *node) loadPause() error {
-	root, err := testserver.RepoRoot()
+	root, err := testhost.RepoRoot()
 	if err != nil {
 		return err
 	}

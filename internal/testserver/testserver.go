@@ -10,24 +10,17 @@ package testserver
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/cubby-dev/cubby/internal/rootfs/mountinfo"
 	"github.com/cubby-dev/cubby/internal/server"
 )
 
@@ -188,25 +181,6 @@ func templatesDir(override string) (string, error) {
 	return filepath.Join(root, ".cache", "templates"), nil
 }
 
-// RepoRoot returns the nearest directory at or above the working directory
-// that holds go.mod. Errors: none found.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("working directory: %w", err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
-}
-
 // Args returns the full `cubby serve` argument list (a copy).
 func (s *Server) Args() []string { return append([]string(nil), s.args...) }
 
@@ -341,32 +315,4 @@ func (s *Server) Log() string {
 		b = b[len(b)-logTailBytes:]
 	}
 	return string(b)
-}
-
-// RandHex returns 2n random lowercase hex digits.
-func RandHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-// ReleaseMounts detaches whatever is still mounted below dir once the server has
-// stopped (runsc keeps a null-netns bind mount in its state root, and sandboxes left
-// running by a crash test keep their rootfs), deepest first, so the data dir can be
-// removed.
-func ReleaseMounts(dir string) {
-	mounts, err := mountinfo.Read("/proc/self/mountinfo")
-	if err != nil {
-		return
-	}
-	var points []string
-	for _, m := range mounts {
-		if strings.HasPrefix(m.Point, dir+"/") {
-			points = append(points, m.Point)
-		}
-	}
-	sort.Sort(sort.Reverse(sort.StringSlice(points)))
-	for _, p := range points {
-		_ = unix.Unmount(p, unix.MNT_DETACH)
-	}
 }
