@@ -9,8 +9,8 @@
 //     which simulates nodes: Pods are scheduled, marked running and given
 //     loopback IPs without running anything (tests put stand-ins there).
 //   - TierNode: plus a real node inside a network namespace the harness
-//     creates: containerd (Debian's), the pinned bin/runc (else PATH's), the CNI bridge plugin and a real
-//     kubelet; Pods run for real.
+//     creates: containerd (Debian's), the pinned bin/runc (else PATH's),
+//     the CNI bridge plugin and a real kubelet; Pods run for real.
 //
 // Binaries come from CUBBY_K8S_BIN (default <repo>/bin/k8s, `make k8s-tools`);
 // Start skips the test when they are missing or the process is not root.
