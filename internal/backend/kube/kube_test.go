@@ -21,6 +21,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/kubetest"
+	"github.com/cubby-dev/cubby/internal/pool"
 )
 
 // The tests of this file run against a real kube-apiserver and etcd
@@ -529,4 +530,45 @@ func next(t *testing.T, evs <-chan backend.Event) backend.Event {
 		t.Fatal("no event")
 		return backend.Event{}
 	}
+}
+
+// TestPoolTrimsBeyondTarget: a pool holding more warm Pods than its target
+// (a refill that ran before its cache showed its boots, or a leader replaced
+// mid-boot) deletes the extras on its next round; a Pod
+// claimed after the round's snapshot is never among them (the delete's
+// resourceVersion precondition fails).
+func TestPoolTrimsBeyondTarget(t *testing.T) {
+	c := cluster(t)
+	ns := c.Namespace(t)
+	b := newBackend(t, c, ns, nil)
+	warmPods(t, c, b, 4)
+	p := b.NewPool(PoolConfig{Targets: []pool.Target{{Template: "tpl", Size: 2}},
+		Resolve: func(context.Context, string) (backend.CreateRequest, error) { return request(""), nil },
+		NewID:   func() string { return "never" }})
+	eventually(t, 30*time.Second, "4 warm pods cached", func() bool { return len(p.candidates(poolKeyOf(b))) == 4 })
+	pods := p.members()
+	claimed := pods[0].DeepCopy()
+	claimed.Labels[LabelState] = StateClaimed
+	if _, err := c.Client.CoreV1().Pods(ns).Update(context.Background(), claimed, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.trim(context.Background(), pods[:2], 2); n != 1 {
+		t.Fatalf("trim deleted %d pods, want 1 (the one claimed meanwhile is kept)", n)
+	}
+	if got, err := c.Client.CoreV1().Pods(ns).Get(context.Background(), claimed.Name, metav1.GetOptions{}); err != nil || got.Labels[LabelState] != StateClaimed {
+		t.Fatalf("the pod claimed meanwhile: %v, %v", got, err)
+	}
+	eventually(t, 30*time.Second, "2 warm pods cached", func() bool { return len(p.candidates(poolKeyOf(b))) == 2 })
+	p.cfg.Targets[0].Size = 1
+	p.refill(context.Background())
+	eventually(t, 30*time.Second, "1 warm pod left", func() bool {
+		list, _ := c.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: LabelState + "=" + StateWarm})
+		live := 0
+		for _, pod := range list.Items {
+			if pod.DeletionTimestamp == nil {
+				live++
+			}
+		}
+		return live == 1
+	})
 }

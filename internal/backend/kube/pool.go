@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"time"
 
@@ -153,15 +154,20 @@ func (p *Pool) Run(ctx context.Context) {
 func (p *Pool) refill(ctx context.Context) {
 	wanted, reqs := p.targets(ctx)
 	have := map[string]int{}
+	kept := map[string][]*corev1.Pod{}
 	for _, pod := range p.members() {
 		key := pod.Labels[LabelPoolKey]
 		if p.discard(ctx, pod, wanted[key] > 0) {
 			continue
 		}
 		have[key]++
+		kept[key] = append(kept[key], pod)
 		if pod.Labels[LabelState] == StateBooting {
 			p.promote(ctx, pod)
 		}
+	}
+	for key, pods := range kept {
+		have[key] -= p.trim(ctx, pods, have[key]-wanted[key])
 	}
 	for key, n := range wanted {
 		for i := have[key]; i < n && ctx.Err() == nil; i++ {
@@ -218,6 +224,39 @@ func (p *Pool) discard(ctx context.Context, pod *corev1.Pod, wanted bool) bool {
 	return true
 }
 
+// trim deletes n of pods (one key's pool, more than its target: a refill
+// that ran before the cache showed its last boots, or a leader that booted
+// just before it was replaced), booting ones first, then the newest, and
+// returns how many it deleted. Each delete is preconditioned on the Pod's
+// resourceVersion, so a Pod a replica claimed meanwhile is never deleted.
+func (p *Pool) trim(ctx context.Context, pods []*corev1.Pod, n int) int {
+	if n <= 0 {
+		return 0
+	}
+	slices.SortFunc(pods, func(a, b *corev1.Pod) int {
+		if ab, bb := a.Labels[LabelState] == StateBooting, b.Labels[LabelState] == StateBooting; ab != bb {
+			if ab {
+				return -1
+			}
+			return 1
+		}
+		return b.CreationTimestamp.Compare(a.CreationTimestamp.Time)
+	})
+	deleted := 0
+	for _, pod := range pods[:min(n, len(pods))] {
+		rv, grace := pod.ResourceVersion, int64(0)
+		err := p.b.client.CoreV1().Pods(p.b.cfg.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+			GracePeriodSeconds: &grace, Preconditions: &metav1.Preconditions{UID: &pod.UID, ResourceVersion: &rv}})
+		if err == nil {
+			p.log.Info("trimming warm pod beyond the target", "pod", pod.Name)
+			deleted++
+		} else if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			p.log.Warn("trim warm pod", "pod", pod.Name, "err", err)
+		}
+	}
+	return deleted
+}
+
 // promote marks a booting Pod warm once its agent reports its default code
 // contexts live (GET /ready; warm Pods have no access token yet).
 func (p *Pool) promote(ctx context.Context, pod *corev1.Pod) {
@@ -246,5 +285,27 @@ func (p *Pool) boot(ctx context.Context, req backend.CreateRequest) error {
 	if _, err := p.b.client.CoreV1().Pods(p.b.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create pod %s: %w", pod.Name, apiError(err))
 	}
+	p.awaitCached(ctx, pod.Name)
 	return nil
+}
+
+// cacheWait bounds how long a boot waits for the informer cache to show its
+// Pod, so the next refill round counts it (trim corrects a round that did not).
+const cacheWait = 5 * time.Second
+
+// awaitCached waits (at most cacheWait) until the informer cache holds Pod name.
+func (p *Pool) awaitCached(ctx context.Context, name string) {
+	ctx, cancel := context.WithTimeout(ctx, cacheWait)
+	defer cancel()
+	for {
+		changed := p.b.changes()
+		if _, err := p.b.pods.Get(name); err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
 }
