@@ -18,7 +18,8 @@ var pgxNoRows = pgx.ErrNoRows
 
 const sandboxColumns = `id, team, template_id, template_alias, metadata, env_vars, cpu_count, memory_mb,
 	disk_mb, started_at, end_at, state, secure, access_token, traffic_token,
-	allow_internet_access, network, lifecycle, runtime, addr, killed_at, kill_reason, private_traffic`
+	allow_internet_access, network, lifecycle, runtime, addr, killed_at, kill_reason, private_traffic,
+	volume_mounts`
 
 // InsertSandbox adds a new sandbox record (store.Store.InsertSandbox). A
 // duplicate ID is an error.
@@ -55,7 +56,15 @@ func sandboxArgs(sb store.Sandbox) ([]any, error) {
 	return []any{sb.ID, team, sb.TemplateID, sb.TemplateAlias, nonNil(sb.Metadata), nonNil(sb.EnvVars),
 		sb.CPUCount, sb.MemoryMB, sb.DiskSizeMB, ms(sb.StartedAt), ms(sb.EndAt), string(sb.State), sb.Secure,
 		sb.AccessToken, sb.TrafficToken, sb.AllowInternetAccess, network, string(life), sb.Runtime, addr,
-		nullTime(sb.KilledAt), sb.KillReason, sb.PrivateTraffic}, nil
+		nullTime(sb.KilledAt), sb.KillReason, sb.PrivateTraffic, nonNilMounts(sb.VolumeMounts)}, nil
+}
+
+// nonNilMounts returns m, or an empty slice for nil (stored as []).
+func nonNilMounts(m []store.VolumeMount) []store.VolumeMount {
+	if m == nil {
+		return []store.VolumeMount{}
+	}
+	return m
 }
 
 func nonNil(m map[string]string) map[string]string {
@@ -85,12 +94,16 @@ func scanSandbox(row pgx.Row) (store.Sandbox, error) {
 	)
 	err := row.Scan(&sb.ID, &sb.Team, &sb.TemplateID, &sb.TemplateAlias, &sb.Metadata, &sb.EnvVars, &sb.CPUCount,
 		&sb.MemoryMB, &sb.DiskSizeMB, &started, &endAt, &state, &sb.Secure, &sb.AccessToken, &sb.TrafficToken,
-		&sb.AllowInternetAccess, &network, &life, &sb.Runtime, &adr, &killed, &sb.KillReason, &sb.PrivateTraffic)
+		&sb.AllowInternetAccess, &network, &life, &sb.Runtime, &adr, &killed, &sb.KillReason, &sb.PrivateTraffic,
+		&sb.VolumeMounts)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
 	sb.StartedAt, sb.EndAt, sb.State, sb.KilledAt = started.UTC(), endAt.UTC(), store.State(state), fromNull(killed)
 	sb.Metadata, sb.EnvVars = nonNil(sb.Metadata), nonNil(sb.EnvVars)
+	if len(sb.VolumeMounts) == 0 {
+		sb.VolumeMounts = nil
+	}
 	if network != nil {
 		sb.Network = json.RawMessage(*network)
 	}

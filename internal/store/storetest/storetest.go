@@ -3,7 +3,8 @@
 // PostgreSQL store in store/postgres) runs Run against a fresh, empty store and
 // must pass the same tests: record round trips, state transitions and their
 // races, listing and cursors, API keys, teams (tenancy), templates, and the
-// secrets a killed sandbox must lose, team secrets and network credentials.
+// secrets a killed sandbox must lose, team secrets and network credentials,
+// snapshots, volumes and template builds.
 package storetest
 
 import (
@@ -52,6 +53,28 @@ type Store interface {
 	SetNetwork(ctx context.Context, id string, allowInternet *bool, network json.RawMessage, sealed []byte) error
 	NetworkSecret(ctx context.Context, id string) ([]byte, error)
 
+	PutSnapshot(ctx context.Context, sn store.Snapshot) (replaced string, err error)
+	FindSnapshot(ctx context.Context, team, ref string) (store.Snapshot, error)
+	ListSnapshots(ctx context.Context, f store.SnapshotFilter) ([]store.Snapshot, error)
+	SnapshotIDs(ctx context.Context) ([]string, error)
+	TemplateSnapshots(ctx context.Context, templateID string) (int, error)
+	DeleteSnapshot(ctx context.Context, team, id string) error
+
+	InsertVolume(ctx context.Context, v store.Volume) error
+	GetVolume(ctx context.Context, id string) (store.Volume, error)
+	FindVolume(ctx context.Context, team, ref string) (store.Volume, error)
+	ListVolumes(ctx context.Context, team string) ([]store.Volume, error)
+	DeleteVolume(ctx context.Context, team, id string) error
+
+	InsertTemplateBuild(ctx context.Context, b store.TemplateBuild) error
+	GetTemplateBuild(ctx context.Context, id string) (store.TemplateBuild, error)
+	ListTemplateBuilds(ctx context.Context, templateID string) ([]store.TemplateBuild, error)
+	StartTemplateBuild(ctx context.Context, id string) (ok bool, err error)
+	SetTemplateBuildStatus(ctx context.Context, id string, st store.BuildStatus, reason, step string) error
+	FailUnfinishedTemplateBuilds(ctx context.Context, reason string) (int, error)
+	TemplateBuildTeam(ctx context.Context, templateID string) (team string, ok bool, err error)
+	TemplateUsage(ctx context.Context, templateID string) (int64, time.Time, error)
+
 	Ping(ctx context.Context) error
 }
 
@@ -76,6 +99,12 @@ var tests = []struct {
 	{"KilledDropsSecrets", testKilledDropsSecrets},
 	{"SecretRecords", testSecretRecords},
 	{"SetNetworkAndKillDropsCredentials", testSetNetwork},
+	{"Snapshots", testSnapshots},
+	{"SnapshotListing", testSnapshotListing},
+	{"Volumes", testVolumes},
+	{"SandboxVolumeMounts", testSandboxVolumeMounts},
+	{"TemplateBuilds", testTemplateBuilds},
+	{"TemplateBuildStatus", testTemplateBuildStatus},
 }
 
 // Run runs every conformance test as a subtest of t, each on its own store.
