@@ -29,7 +29,11 @@ Give the pushed reference to cubby serve --backend kubernetes --template-image N
 			if output == "" && !push {
 				return fmt.Errorf("give --output FILE, --push, or both")
 			}
-			info, err := template.NewManager(dir(), logger(cmd, false)).Get(args[0])
+			tm, err := template.NewManager(dir(), logger(cmd, false))
+			if err != nil {
+				return err
+			}
+			info, err := tm.Get(args[0])
 			if err != nil {
 				return err
 			}

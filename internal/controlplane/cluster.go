@@ -35,6 +35,12 @@ type pauser interface {
 	CanPause() bool
 }
 
+// volumeHolder is implemented by backends that say whether they hold volumes
+// at all; a backend without it is assumed to.
+type volumeHolder interface {
+	CanHoldVolumes() bool
+}
+
 // Bounds of the shared-backend bookkeeping.
 const (
 	// syncInterval is how often the leader reconciles the store with the

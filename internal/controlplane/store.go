@@ -10,7 +10,8 @@ import (
 )
 
 // Store is what the control plane keeps in its record store: sandbox records,
-// API keys, teams, team secrets and network credentials. *store.Store (SQLite, one server) and *postgres.Store
+// API keys, teams, team secrets, network credentials, snapshots, volumes and
+// template builds. *store.Store (SQLite, one server) and *postgres.Store
 // (PostgreSQL, shared by replicas) implement it; errors wrap store.ErrNotFound
 // and store.ErrConflict as package store documents.
 type Store interface {
@@ -42,6 +43,24 @@ type Store interface {
 	// sealed network credentials.
 	SetNetwork(ctx context.Context, id string, allowInternet *bool, network json.RawMessage, sealed []byte) error
 	NetworkSecret(ctx context.Context, id string) ([]byte, error)
+
+	PutSnapshot(ctx context.Context, sn store.Snapshot) (replaced string, err error)
+	FindSnapshot(ctx context.Context, team, ref string) (store.Snapshot, error)
+	ListSnapshots(ctx context.Context, f store.SnapshotFilter) ([]store.Snapshot, error)
+	SnapshotIDs(ctx context.Context) ([]string, error)
+	TemplateSnapshots(ctx context.Context, templateID string) (int, error)
+	DeleteSnapshot(ctx context.Context, team, id string) error
+
+	InsertVolume(ctx context.Context, v store.Volume) error
+	GetVolume(ctx context.Context, id string) (store.Volume, error)
+	FindVolume(ctx context.Context, team, ref string) (store.Volume, error)
+	ListVolumes(ctx context.Context, team string) ([]store.Volume, error)
+	DeleteVolume(ctx context.Context, team, id string) error
+
+	// The template build API's reads (builds.Service writes builds).
+	ListTemplateBuilds(ctx context.Context, templateID string) ([]store.TemplateBuild, error)
+	TemplateBuildTeam(ctx context.Context, templateID string) (team string, ok bool, err error)
+	TemplateUsage(ctx context.Context, templateID string) (int64, time.Time, error)
 }
 
 // TemplateFinder looks templates up by ID, name or alias (store.Store.FindTemplate).

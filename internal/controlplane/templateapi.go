@@ -48,10 +48,12 @@ var _ templateapi.ServerInterface = templateAPI{}
 
 func (t templateAPI) s() *Service { return t.h.s }
 
-// ready answers 503 when the server has no template service.
+// ready answers 501 when the server has no template service (the
+// kubernetes backend: its templates are the images it was given).
 func (t templateAPI) ready(w http.ResponseWriter) bool {
 	if t.s().tstore == nil || t.s().builds == nil {
-		writeError(w, http.StatusServiceUnavailable, "this server does not build templates")
+		writeError(w, http.StatusNotImplemented, "this server does not build or manage templates: templates from code "+
+			"and the template API need the single-host backend (docs/kubernetes.md lists the features per backend)")
 		return false
 	}
 	return true
@@ -76,7 +78,7 @@ func (t templateAPI) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 }
 
-// decode answers 503 without a template service and 400 for a malformed
+// decode answers 501 without a template service and 400 for a malformed
 // body; ok is false when it answered.
 func (t templateAPI) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	if !t.ready(w) {

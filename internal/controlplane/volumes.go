@@ -108,8 +108,11 @@ func (s *Service) deleteVolume(ctx context.Context, team, ref string) error {
 // team into the backend's mounts and the record's: 400 for an unknown volume
 // or a bad path.
 func (s *Service) volumeMounts(ctx context.Context, team string, in *[]api.SandboxVolumeMount) ([]backend.VolumeMount, []store.VolumeMount, error) {
-	if in == nil {
+	if in == nil || len(*in) == 0 {
 		return nil, nil, nil
+	}
+	if v, ok := s.backend.(volumeHolder); ok && !v.CanHoldVolumes() {
+		return nil, nil, fmt.Errorf("volumeMounts: volumes are not available with this server's backend (docs/kubernetes.md): %w", backend.ErrNotSupported)
 	}
 	var out []backend.VolumeMount
 	var recs []store.VolumeMount

@@ -54,7 +54,10 @@ func exportTemplates(c *kubetest.Cluster) (map[string]string, error) {
 	if dir == "" {
 		dir = filepath.Join(root, ".cache", "templates")
 	}
-	m := template.NewManager(dir, nil)
+	m, err := template.NewManager(dir, nil)
+	if err != nil {
+		return nil, err
+	}
 	refs := map[string]string{}
 	for _, name := range nodeTemplates {
 		info, err := m.Get(name)

@@ -26,6 +26,9 @@ import (
 // cannot be reached, backend.ErrNotSupported for egress the cluster cannot
 // enforce (checkEgress).
 func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (in backend.Instance, err error) {
+	if err := checkCreate(req); err != nil {
+		return backend.Instance{}, err
+	}
 	if !req.Egress.IsZero() {
 		if err := checkEgress(req.Egress); err != nil {
 			return backend.Instance{}, err
