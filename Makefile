@@ -67,7 +67,7 @@ test-leaks: build
 test-k8s: k8s-tools templates
 	@t=$$(date +%s); CUBBY_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m ./internal/backend/kube/ ./internal/store/... \
 		&& echo "test-k8s: T1 (API server, PostgreSQL) took $$(( $$(date +%s) - t )) s"
-	@t=$$(date +%s); CUBBY_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 30m -run 'TestChart|TestHundred|TestReaper|TestRacing|TestEviction|TestStoreLost|TestAPIServerLost' ./test/cluster/ \
+	@t=$$(date +%s); CUBBY_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 30m -run 'TestChart|TestHundred|TestReaper|TestRacing|TestEviction|TestStoreLost|TestAPIServerLost|TestUnsupported' ./test/cluster/ \
 		&& echo "test-k8s: T1 chart + T2 (simulated cluster) took $$(( $$(date +%s) - t )) s"
 	@t=$$(date +%s); CUBBY_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 40m -run 'TestNode|TestOfficialSDKs' ./test/cluster/ \
 		&& echo "test-k8s: T3 (real node, official SDKs) took $$(( $$(date +%s) - t )) s"

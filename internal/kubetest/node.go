@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/cubby-dev/cubby/internal/kubetest/mountns"
 	"github.com/cubby-dev/cubby/internal/testhost"
 )
 
@@ -35,6 +36,7 @@ type node struct {
 	cgroup   string // cgroup v1 root of the kubelet's Pods (below every hierarchy)
 	dir      string
 	sock     string // containerd's socket
+	kubelet  *proc
 }
 
 // sysctlsKubeletWants are the kernel settings the kubelet insists on: it
@@ -123,23 +125,52 @@ func (n *node) start() error {
 	if err := n.loadPause(); err != nil {
 		return err
 	}
-	if _, err := n.c.run("kubelet", n.kubeletPrefix(), filepath.Join(n.c.bin, "kubelet"), n.kubeletArgs()...); err != nil {
+	prefix, err := n.kubeletPrefix()
+	if err != nil {
+		return err
+	}
+	if n.kubelet, err = n.c.run("kubelet", prefix, filepath.Join(n.c.bin, "kubelet"), n.kubeletArgs()...); err != nil {
 		return err
 	}
 	return n.waitReady()
 }
 
+// kubeletNeeds are the paths whose mounts the kubelet's mount namespace keeps
+// besides the cluster's (a separate /usr or /var, a bind-mounted resolv.conf).
+var kubeletNeeds = []string{"/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc/resolv.conf", "/etc/hosts",
+	"/etc/hostname", "/var/log", "/opt/cni/bin", "/usr/lib/cni", "/etc/cni"}
+
 // kubeletPrefix runs the kubelet in a mount namespace of its own (a slave
-// of the host's) with sysctlsKubeletWants bind-mounted, inside the node's
-// network namespace.
-func (n *node) kubeletPrefix() []string {
+// of the host's) emptied of the host's mounts it does not need (dropmounts,
+// package mountns: other tests' sandbox disks must not stay pinned there),
+// with sysctlsKubeletWants bind-mounted, inside the node's network namespace.
+func (n *node) kubeletPrefix() ([]string, error) {
+	drop, err := n.buildHelper("dropmounts")
+	if err != nil {
+		return nil, err
+	}
+	argv := []string{"unshare", "--mount", "--propagation", "slave", drop,
+		"-tree", n.c.Dir, "-tree", n.c.bin, "-tree", "/run/netns/" + n.netns}
+	for _, p := range kubeletNeeds {
+		argv = append(argv, "-path", p)
+	}
 	var script strings.Builder
 	for key, val := range sysctlsKubeletWants {
 		f := filepath.Join(n.dir, "sysctl-"+strings.ReplaceAll(key, "/", "-"))
 		fmt.Fprintf(&script, "echo %s > %s && mount --bind %s /proc/sys/%s && ", val, f, f, key)
 	}
 	script.WriteString(`exec "$@"`)
-	return append([]string{"unshare", "--mount", "--propagation", "slave", "sh", "-c", script.String(), "kubelet"}, n.inNetns()...)
+	argv = append(argv, "--", "sh", "-c", script.String(), "kubelet")
+	return append(argv, n.inNetns()...), nil
+}
+
+// KubeletMounts returns the mount points of the node's kubelet (its own
+// mount namespace), for tests checking what it holds; nil without a node.
+func (c *Cluster) KubeletMounts() ([]string, error) {
+	if c.node == nil || c.node.kubelet == nil {
+		return nil, nil
+	}
+	return mountns.Points(fmt.Sprintf("/proc/%d/mountinfo", c.node.kubelet.cmd.Process.Pid))
 }
 
 func (n *node) kubeletArgs() []string {

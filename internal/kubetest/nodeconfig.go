@@ -127,21 +127,31 @@ func fileExists(p string) bool {
 
 // loadPause builds the pause program, wraps it in an image and imports it.
 func (n *node) loadPause() error {
-	root, err := testhost.RepoRoot()
+	bin, err := n.buildHelper("pause")
 	if err != nil {
 		return err
-	}
-	bin := filepath.Join(n.dir, "pause")
-	cmd := exec.Command("go", "build", "-o", bin, "./internal/kubetest/pause")
-	cmd.Dir, cmd.Env = root, append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build pause: %w: %s", err, out)
 	}
 	archive := filepath.Join(n.dir, "pause.tar")
 	if err := singleFileImage(bin, "/pause", pauseImage, archive); err != nil {
 		return err
 	}
 	return n.ctr("images", "import", archive)
+}
+
+// buildHelper builds the program ./internal/kubetest/<name> (static) into the
+// node's directory and returns its path.
+func (n *node) buildHelper(name string) (string, error) {
+	root, err := testhost.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(n.dir, name)
+	cmd := exec.Command("go", "build", "-o", bin, "./internal/kubetest/"+name)
+	cmd.Dir, cmd.Env = root, append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build %s: %w: %s", name, err, out)
+	}
+	return bin, nil
 }
 
 // singleFileImage writes a docker-archive of an image holding only file (at
