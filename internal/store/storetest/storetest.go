@@ -9,34 +9,19 @@ package storetest
 
 import (
 	"context"
-	"encoding/json"
-	"net/netip"
 	"testing"
 	"time"
 
+	"github.com/cubby-dev/cubby/internal/controlplane"
 	"github.com/cubby-dev/cubby/internal/store"
 )
 
-// Store is the store contract the suite checks. Errors wrap store.ErrNotFound
-// and store.ErrConflict as documented on package store's methods.
+// Store is the store contract the suite checks: what the control plane keeps
+// (controlplane.Store), the teams, templates and template builds the server
+// and builds.Service keep, and Ping. Errors wrap store.ErrNotFound and
+// store.ErrConflict as documented on package store's methods.
 type Store interface {
-	InsertSandbox(ctx context.Context, sb store.Sandbox) error
-	GetSandbox(ctx context.Context, id string) (store.Sandbox, error)
-	ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]store.Sandbox, error)
-	MarkStarted(ctx context.Context, id string, addr netip.Addr, runtime string, startedAt, endAt time.Time) error
-	SetAddr(ctx context.Context, id string, addr netip.Addr, runtime string) error
-	SetEndAt(ctx context.Context, id string, endAt time.Time) error
-	MarkPaused(ctx context.Context, id string) error
-	MarkResumed(ctx context.Context, id string, addr netip.Addr, endAt time.Time) error
-	MarkKilled(ctx context.Context, id string, at time.Time, reason string) error
-	MarkExpired(ctx context.Context, id string, at time.Time, reason string) error
-	TruncateWAL(ctx context.Context) error
-
-	InsertAPIKey(ctx context.Context, k store.APIKey) error
-	ListAPIKeys(ctx context.Context) ([]store.APIKey, error)
-	ActiveAPIKeys(ctx context.Context) ([]store.APIKey, error)
-	RevokeAPIKey(ctx context.Context, id string, at time.Time) error
-	TouchAPIKey(ctx context.Context, id string, at time.Time) error
+	controlplane.Store
 	ListTeams(ctx context.Context) ([]store.Team, error)
 
 	PutTemplate(ctx context.Context, t store.Template) error
@@ -45,35 +30,11 @@ type Store interface {
 	ListTemplates(ctx context.Context) ([]store.Template, error)
 	DeleteTemplate(ctx context.Context, id string) error
 
-	InsertSecret(ctx context.Context, sec store.Secret) error
-	GetSecret(ctx context.Context, team, idOrName string) (store.Secret, error)
-	ListSecrets(ctx context.Context, team, after string, limit int) ([]store.Secret, error)
-	UpdateSecret(ctx context.Context, team, id string, sealed []byte, metadata map[string]string, at time.Time) (store.Secret, error)
-	DeleteSecret(ctx context.Context, team, id string) error
-	SetNetwork(ctx context.Context, id string, allowInternet *bool, network json.RawMessage, sealed []byte) error
-	NetworkSecret(ctx context.Context, id string) ([]byte, error)
-
-	PutSnapshot(ctx context.Context, sn store.Snapshot) (replaced string, err error)
-	FindSnapshot(ctx context.Context, team, ref string) (store.Snapshot, error)
-	ListSnapshots(ctx context.Context, f store.SnapshotFilter) ([]store.Snapshot, error)
-	SnapshotIDs(ctx context.Context) ([]string, error)
-	TemplateSnapshots(ctx context.Context, templateID string) (int, error)
-	DeleteSnapshot(ctx context.Context, team, id string) error
-
-	InsertVolume(ctx context.Context, v store.Volume) error
-	GetVolume(ctx context.Context, id string) (store.Volume, error)
-	FindVolume(ctx context.Context, team, ref string) (store.Volume, error)
-	ListVolumes(ctx context.Context, team string) ([]store.Volume, error)
-	DeleteVolume(ctx context.Context, team, id string) error
-
 	InsertTemplateBuild(ctx context.Context, b store.TemplateBuild) error
 	GetTemplateBuild(ctx context.Context, id string) (store.TemplateBuild, error)
-	ListTemplateBuilds(ctx context.Context, templateID string) ([]store.TemplateBuild, error)
 	StartTemplateBuild(ctx context.Context, id string) (ok bool, err error)
 	SetTemplateBuildStatus(ctx context.Context, id string, st store.BuildStatus, reason, step string) error
 	FailUnfinishedTemplateBuilds(ctx context.Context, reason string) (int, error)
-	TemplateBuildTeam(ctx context.Context, templateID string) (team string, ok bool, err error)
-	TemplateUsage(ctx context.Context, templateID string) (int64, time.Time, error)
 
 	Ping(ctx context.Context) error
 }
