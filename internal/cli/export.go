@@ -38,7 +38,7 @@ Give the pushed reference to cubby serve --backend kubernetes --template-image N
 				return err
 			}
 			if tag == "" {
-				tag = "cubby.local/templates/" + info.Name + ":" + shortDigest(info.Digest)
+				tag = ociimage.LocalRef(info.Name, info.Digest)
 			}
 			exe, err := os.Executable()
 			if err != nil {
@@ -79,12 +79,4 @@ func exportImage(cmd *cobra.Command, img v1.Image, tag, output string, push bool
 	}
 	fmt.Fprintln(cmd.OutOrStdout(), tag)
 	return nil
-}
-
-// shortDigest is the first 12 hex digits of a template digest ("sha256:…" or bare).
-func shortDigest(d string) string {
-	if i := len(d) - 64; i >= 0 && len(d) >= 64 {
-		d = d[i:]
-	}
-	return d[:min(12, len(d))]
 }

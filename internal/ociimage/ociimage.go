@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"strings"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -160,6 +161,17 @@ func gzipLayer(ctx context.Context, path string, write func(io.Writer) error) (v
 		return nil, err
 	}
 	return tarball.LayerFromFile(path)
+}
+
+// LocalRef is the default reference of template name's image:
+// cubby.local/templates/NAME:TAG, TAG the first 12 hex digits of the
+// template's digest ("sha256:…" as templates record it, or bare hex).
+func LocalRef(name, digest string) string {
+	_, hex, ok := strings.Cut(digest, ":")
+	if !ok {
+		hex = digest
+	}
+	return "cubby.local/templates/" + name + ":" + hex[:min(12, len(hex))]
 }
 
 // WriteArchive writes img tagged ref as a docker-archive tarball at path.

@@ -127,3 +127,16 @@ func readLayer(t *testing.T, l interface{ Uncompressed() (io.ReadCloser, error) 
 		out[h.Name] = h
 	}
 }
+
+func TestLocalRef(t *testing.T) {
+	hex := "40e830c2cae335e1d0e2990c916119c731279113614eaa42cc1794370c4ff65b"
+	for digest, want := range map[string]string{
+		"sha256:" + hex: "cubby.local/templates/base:40e830c2cae3", // templates from code: a manifest digest
+		hex:             "cubby.local/templates/base:40e830c2cae3", // legacy trees: bare hex
+		"abc":           "cubby.local/templates/base:abc",
+	} {
+		if got := LocalRef("base", digest); got != want {
+			t.Errorf("LocalRef(base, %q) = %q, want %q", digest, got, want)
+		}
+	}
+}

@@ -72,7 +72,7 @@ func exportTemplates(c *kubetest.Cluster) (map[string]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		ref := "cubby.local/templates/" + name + ":" + info.Digest[:12]
+		ref := ociimage.LocalRef(name, info.Digest)
 		archive := filepath.Join(c.Dir, name+".tar")
 		err = ociimage.WriteArchive(archive, ref, img)
 		cleanup()
