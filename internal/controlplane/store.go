@@ -10,8 +10,8 @@ import (
 )
 
 // Store is what the control plane keeps in its record store: sandbox records,
-// API keys, teams, team secrets, network credentials, snapshots, volumes and
-// template builds. *store.Store (SQLite, one server) and *postgres.Store
+// API keys, teams, team secrets, network credentials, snapshots, volumes,
+// template builds and Idempotency-Keys. *store.Store (SQLite, one server) and *postgres.Store
 // (PostgreSQL, shared by replicas) implement it; errors wrap store.ErrNotFound
 // and store.ErrConflict as package store documents.
 type Store interface {
@@ -61,6 +61,9 @@ type Store interface {
 	ListTemplateBuilds(ctx context.Context, templateID string) ([]store.TemplateBuild, error)
 	TemplateBuildTeam(ctx context.Context, templateID string) (team string, ok bool, err error)
 	TemplateUsage(ctx context.Context, templateID string) (int64, time.Time, error)
+
+	GetIdempotency(ctx context.Context, scope, key string, since time.Time) (store.IdempotencyRecord, error)
+	PutIdempotency(ctx context.Context, r store.IdempotencyRecord, expired time.Time) error
 }
 
 // TemplateFinder looks templates up by ID, name or alias (store.Store.FindTemplate).

@@ -66,6 +66,7 @@ var tests = []struct {
 	{"SandboxVolumeMounts", testSandboxVolumeMounts},
 	{"TemplateBuilds", testTemplateBuilds},
 	{"TemplateBuildStatus", testTemplateBuildStatus},
+	{"Idempotency", testIdempotency},
 }
 
 // Run runs every conformance test as a subtest of t, each on its own store.
