@@ -88,7 +88,7 @@ func lockBridge(dir, bridge string) (*os.File, error) {
 		pid, _ := os.ReadFile(f.Name())
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w: bridge %s is used by a running cubby serve (pid %s); give this server its own --bridge and --subnet",
+			return nil, fmt.Errorf("%w: bridge %s is held by another cubby process (pid %s): a running server or template build; give this one its own --bridge and --subnet",
 				ErrBridgeInUse, bridge, strings.TrimSpace(string(pid)))
 		}
 		return nil, fmt.Errorf("bridge lock %s: %w", f.Name(), err)

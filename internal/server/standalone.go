@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"time"
 
 	"github.com/cubby-dev/cubby/internal/backend/local"
 	"github.com/cubby-dev/cubby/internal/network"
@@ -41,7 +42,7 @@ func NewStandalone(ctx context.Context, cfg Config, log *slog.Logger) (*Standalo
 	if err != nil {
 		return nil, fmt.Errorf("network: %w", err)
 	}
-	if err := nm.Setup(ctx); err != nil {
+	if err := setupWaiting(ctx, nm, log); err != nil {
 		return nil, fmt.Errorf("set up build network: %w", err)
 	}
 	s := &Standalone{Manager: tm, net: nm, log: log}
@@ -98,4 +99,31 @@ func (s *Standalone) Close() error {
 // entries as progress lines to progress (may be nil).
 func (s *Standalone) BuildDefinition(ctx context.Context, def template.Definition, force bool, progress func(template.Entry)) (template.Info, error) {
 	return buildDefinition(ctx, s.Builder, def, progress, force)
+}
+
+// bridgeRetry is how often setupWaiting tries again for a bridge another
+// process holds.
+const bridgeRetry = time.Second
+
+// setupWaiting sets up nm's network, waiting while another process holds its
+// bridge (another `cubby template build` on this host: builds of one host
+// queue on the build bridge instead of failing). It says once what it waits
+// for; ctx ends the wait. Other errors return at once.
+func setupWaiting(ctx context.Context, nm *network.Manager, log *slog.Logger) error {
+	said := false
+	for {
+		err := nm.Setup(ctx)
+		if !errors.Is(err, network.ErrBridgeInUse) {
+			return err
+		}
+		if !said {
+			log.Warn("waiting for the build bridge", "err", err)
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(bridgeRetry):
+		}
+	}
 }
