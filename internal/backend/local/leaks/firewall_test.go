@@ -38,11 +38,14 @@ func TestScanFindsFirewallElements(t *testing.T) {
 		_ = unix.Unmount(cfg.NetnsDir, unix.MNT_DETACH) // Setup made it a mount point
 	})
 	must(t, m.Setup(ctx))
-	att, err := m.Attach(ctx, "lk")
+	// A sandbox-like ID: Scan matches processes by it, so a short one would
+	// match unrelated command lines (e.g. "lk" in a Go linker's GODEBUG).
+	id := "leak" + testserver.RandHex(8)
+	att, err := m.Attach(ctx, id)
 	must(t, err)
-	must(t, m.SetInternetAccess(ctx, "lk", false))
+	must(t, m.SetInternetAccess(ctx, id, false))
 	o := Options{SandboxesDir: t.TempDir(), NetnsDir: cfg.NetnsDir, NftTable: m.Config().Table}
-	r, err := Scan(o, "lk", netip.Addr{})
+	r, err := Scan(o, id, netip.Addr{})
 	must(t, err)
 	if !r.NoInternet || !slices.Equal(r.Firewall, []string{"links", "own"}) || !slices.Equal(r.Veths, []string{att.HostVeth}) {
 		t.Fatalf("attached sandbox: %s", r)
@@ -50,11 +53,11 @@ func TestScanFindsFirewallElements(t *testing.T) {
 	link, err := netlink.LinkByName(att.HostVeth)
 	must(t, err)
 	must(t, netlink.LinkDel(link))
-	if r, err = Scan(o, "lk", att.Addr); err != nil || !r.NoInternet || len(r.Firewall) != 2 || len(r.Veths) != 0 {
+	if r, err = Scan(o, id, att.Addr); err != nil || !r.NoInternet || len(r.Firewall) != 2 || len(r.Veths) != 0 {
 		t.Fatalf("link deleted, set elements left, found by address: %s, %v", r, err)
 	}
-	must(t, m.Detach(ctx, "lk"))
-	if r, err = Scan(o, "lk", att.Addr); err != nil || !r.Empty() {
+	must(t, m.Detach(ctx, id))
+	if r, err = Scan(o, id, att.Addr); err != nil || !r.Empty() {
 		t.Fatalf("after Detach: %s, %v", r, err)
 	}
 }
