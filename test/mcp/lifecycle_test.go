@@ -3,6 +3,7 @@ package mcptest
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -128,13 +129,25 @@ func waitKilled(id string) {
 	_ = sdk.Kill(ctx, id, new(conn()))
 }
 
+// localhostClient resolves every name under .localhost to the loopback
+// address, as browsers do (RFC 6761 §6.3): get_url's host-routed URLs
+// (<port>-<id>.localhost) must not depend on the host's DNS server.
+var localhostClient = &http.Client{Transport: &http.Transport{
+	DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if host, port, err := net.SplitHostPort(addr); err == nil && strings.HasSuffix(host, ".localhost") {
+			addr = net.JoinHostPort("127.0.0.1", port)
+		}
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	},
+}}
+
 func fetch(t *testing.T, url string, headers map[string]string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, url, nil)
 	for k, v := range headers {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := localhostClient.Do(req)
 	if err != nil {
 		return 0, err.Error()
 	}

@@ -118,7 +118,9 @@ func watchWorks(sbx *sdk.Sandbox) error {
 func TestUsernsNprocPerSandbox(t *testing.T) {
 	s := startServer(t)
 	a, b := s.create(t, "base"), s.create(t, "base")
-	r := run(t, a, "user", "for i in $(seq 300); do setsid sleep 600 </dev/null >/dev/null 2>&1 & done; sleep 1; pgrep -c -u user sleep")
+	r := run(t, a, "user", "for i in $(seq 300); do setsid sleep 600 </dev/null >/dev/null 2>&1 & done; "+
+		// each child is named sleep only once it has exec'd: wait for all of them (a loaded host is slow)
+		"for i in $(seq 150); do [ $(pgrep -c -u user -x sleep) -ge 300 ] && break; sleep 0.2; done; pgrep -c -u user -x sleep")
 	if n, _ := strconv.Atoi(strings.TrimSpace(r.Out)); r.Code != 0 || n < 300 {
 		t.Fatalf("sandbox A's user runs %q sleeping processes (exit %d)", r.Out, r.Code)
 	}
