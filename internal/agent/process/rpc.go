@@ -121,6 +121,12 @@ func (s *Service) stream(ctx context.Context, p *proc, sub *subscriber, interval
 		case <-sub.notify:
 			evs, dropped := sub.take()
 			for _, ev := range evs {
+				if ev.GetEnd() != nil && deadlinePassed(ctx) {
+					// killed by the request's deadline: the stream ends with
+					// deadline_exceeded, as E2B's envd does, so the SDKs raise
+					// their timeout error rather than an exit of -1
+					return connect.NewError(connect.CodeDeadlineExceeded, context.DeadlineExceeded)
+				}
 				if err := send(ev); err != nil {
 					return err
 				}
@@ -282,4 +288,11 @@ func (s *Service) CloseStdin(_ context.Context, req *connect.Request[pb.CloseStd
 		return nil, inputError(err)
 	}
 	return connect.NewResponse(&pb.CloseStdinResponse{}), nil
+}
+
+// deadlinePassed reports whether ctx has a deadline that has passed (its
+// Done channel may not have fired yet).
+func deadlinePassed(ctx context.Context) bool {
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
 }
