@@ -1,6 +1,6 @@
 // Package sdk is the Go client for Cubby and other E2B-compatible sandbox servers,
 // including E2B's own cloud. It speaks the wire protocol of E2B's official SDKs
-// (shared/protocol/e2b-wire.md): the control-plane REST API (§2), envd's Connect
+// (docs/e2b-compatibility.md): the control-plane REST API (§2), envd's Connect
 // RPC and /files endpoints inside each sandbox (§3) and the code-interpreter
 // service on port 49999 (§4).
 //

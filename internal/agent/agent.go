@@ -1,7 +1,7 @@
 // Package agent is the in-sandbox daemon (`cubby agent`): it serves the envd protocol
 // on port 49983 — Connect RPC services filesystem.Filesystem and process.Process, the
 // /files HTTP API, /health, /init, /envs and /metrics — as described in
-// shared/protocol/e2b-wire.md §3.
+// docs/e2b-compatibility.md
 package agent
 
 import (

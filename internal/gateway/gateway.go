@@ -3,7 +3,7 @@
 // signed /files URLs), reverse-proxies them over HTTP/1.1 to the sandbox's address,
 // and cuts every connection of a sandbox abruptly when it is killed or paused.
 //
-// Wire facts come from shared/protocol/e2b-wire.md §1.2–§1.4, §1.8, §3.5 and §3.7.
+// Wire facts come from docs/e2b-compatibility.md–§1.4, §1.8, §3.5 and §3.7.
 package gateway
 
 import (

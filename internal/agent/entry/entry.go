@@ -1,4 +1,4 @@
-// Package entry builds the envd EntryInfo of a file (shared/protocol/e2b-wire.md §3.2,
+// Package entry builds the envd EntryInfo of a file (docs/e2b-compatibility.md,
 // §3.3 Stat) and creates directories owned by a sandbox user. Both the Filesystem
 // RPC service and the /files HTTP handler use it.
 package entry

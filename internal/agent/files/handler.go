@@ -1,5 +1,5 @@
 // Package files serves envd's plain-HTTP file transfer endpoint, GET and POST
-// /files (shared/protocol/e2b-wire.md §3.4), including its own access check by
+// /files (docs/e2b-compatibility.md), including its own access check by
 // token or URL signature (§3.7). Uploads never leave a partial file behind: data
 // goes to a temporary file in the destination directory that is renamed into place
 // only when complete.

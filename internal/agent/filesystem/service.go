@@ -1,5 +1,5 @@
 // Package filesystem implements envd's filesystem.Filesystem Connect service inside a
-// sandbox (shared/protocol/e2b-wire.md §3.2, §3.3): Stat, MakeDir, Move, ListDir,
+// sandbox (docs/e2b-compatibility.md): Stat, MakeDir, Move, ListDir,
 // Remove, the WatchDir stream and the polling watchers of the Python sync SDK.
 //
 // The agent runs as root; a request acts for the sandbox user named by its
