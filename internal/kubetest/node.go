@@ -314,3 +314,33 @@ func killShims(sock string) int {
 	}
 	return n
 }
+
+// NodeReport describes the node of TierNode for a failing test: its
+// conditions, taints, the free space of the filesystem holding its state
+// (bytes) and the tail of the kubelet's log. It is "" on other tiers.
+func (c *Cluster) NodeReport() string {
+	if c.node == nil {
+		return ""
+	}
+	var b strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	node, err := c.Client.CoreV1().Nodes().Get(ctx, c.node.name, metav1.GetOptions{})
+	if err != nil {
+		fmt.Fprintf(&b, "node %s: %v\n", c.node.name, err)
+	} else {
+		for _, cd := range node.Status.Conditions {
+			fmt.Fprintf(&b, "condition %s=%s since %s: %s %s\n", cd.Type, cd.Status,
+				cd.LastTransitionTime.Format(time.RFC3339), cd.Reason, cd.Message)
+		}
+		for _, tn := range node.Spec.Taints {
+			fmt.Fprintf(&b, "taint %s\n", tn.ToString())
+		}
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(c.node.dir, &st); err == nil {
+		fmt.Fprintf(&b, "free bytes below %s: %d of %d\n", c.node.dir, st.Bavail*uint64(st.Bsize), st.Blocks*uint64(st.Bsize))
+	}
+	fmt.Fprintf(&b, "kubelet log tail:\n%s", c.node.kubelet.tail(8192))
+	return b.String()
+}

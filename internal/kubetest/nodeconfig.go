@@ -81,8 +81,12 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 // kubeletConfig is the KubeletConfiguration of the test node: cgroup v1 with
 // the cgroupfs driver below its own cgroup root, no swap check, anonymous
 // access for the API server's log requests (the node is reachable only from
-// this machine), no iptables chains, no image garbage collection and logs in
-// the test directory.
+// this machine), no iptables chains, no image garbage collection, logs in the
+// test directory and no pressure eviction: the node shares its disk and page
+// cache with everything else the machine runs, and one dip while a multi-GB
+// template image is imported would mark it DiskPressure or MemoryPressure
+// (a NoSchedule taint held for evictionPressureTransitionPeriod) and leave
+// every Pod of the next minutes unscheduled. "0%" disables a signal.
 func (n *node) kubeletConfig() string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -104,7 +108,8 @@ protectKernelDefaults: false
 serializeImagePulls: false
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-evictionHard: {memory.available: "100Mi", nodefs.available: "1%%", imagefs.available: "1%%"}
+evictionHard: {memory.available: "0%%", nodefs.available: "0%%", nodefs.inodesFree: "0%%", imagefs.available: "0%%", imagefs.inodesFree: "0%%", pid.available: "0%%"}
+evictionPressureTransitionPeriod: 10s
 `, n.nodeIP, n.cgroup, n.sock, n.podNet, filepath.Join(n.dir, "resolv.conf"), filepath.Join(n.dir, "pod-logs"))
 }
 

@@ -120,6 +120,11 @@ func newFleet(t testing.TB, c *kubetest.Cluster, n int, images map[string]string
 	f.opts = kubetest.ReplicaOptions{Namespace: f.ns, Store: dsn, Key: f.key, Images: images, Args: args,
 		Kubeconfig: chartIdentity(t, c, f.ns)}
 	t.Cleanup(func() {
+		if t.Failed() {
+			if report := c.NodeReport(); report != "" {
+				t.Logf("node:\n%s", report)
+			}
+		}
 		for _, r := range f.replicas {
 			if t.Failed() {
 				t.Logf("replica %s log:\n%s", r.Name, r.Log())
