@@ -260,9 +260,13 @@ func waitLog(t *testing.T, s *server, b testserver.TemplateBuild, want string) {
 	t.Fatalf("build log never showed %q\n%s", want, s.log())
 }
 
+// waitFor polls ok until it holds, failing the test after five minutes: what
+// it waits for is background clean-up, which waits for every template build
+// sharing the templates directory to finish (under `make test` other test
+// packages build templates there at the same time).
 func waitFor(t *testing.T, ok func() bool, format string, arg func() any) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(5 * time.Minute)
 	for !ok() {
 		if time.Now().After(deadline) {
 			t.Errorf(format, arg())
