@@ -19,9 +19,9 @@ import (
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/envdpb/process/processconnect"
 	"github.com/cubby-dev/cubby/internal/runtime"
-	"github.com/cubby-dev/cubby/internal/runtime/ocicli/ocitest"
 	"github.com/cubby-dev/cubby/internal/runtime/runc"
 	"github.com/cubby-dev/cubby/internal/runtime/runsc"
+	"github.com/cubby-dev/cubby/internal/runtime/runtimetest"
 )
 
 // benchForks is the fork count of BenchmarkSnapshot's fork figure.
@@ -87,11 +87,11 @@ func benchSnapshot(b *testing.B, e *backendEnv) {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(ocitest.MedianMs(snap), "snapshot-ms")
-	b.ReportMetric(ocitest.MedianMs(paused), "paused-ms")
-	b.ReportMetric(ocitest.MedianMs(fresh), "create-ms")
-	b.ReportMetric(ocitest.MedianMs(fromSnap), "create-from-snapshot-ms")
-	b.ReportMetric(ocitest.MedianMs(fork), "fork20-ms")
+	b.ReportMetric(runtimetest.MedianMs(snap), "snapshot-ms")
+	b.ReportMetric(runtimetest.MedianMs(paused), "paused-ms")
+	b.ReportMetric(runtimetest.MedianMs(fresh), "create-ms")
+	b.ReportMetric(runtimetest.MedianMs(fromSnap), "create-from-snapshot-ms")
+	b.ReportMetric(runtimetest.MedianMs(fork), "fork20-ms")
 	b.ReportMetric(float64(forkBytes)/(1<<20), "fork20-disk-MiB")
 	b.ReportMetric(float64(fullBytes)/(1<<20), "full-copy-MiB")
 }

@@ -9,8 +9,8 @@ import (
 	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/runtime"
-	"github.com/cubby-dev/cubby/internal/runtime/ocicli/ocitest"
 	"github.com/cubby-dev/cubby/internal/runtime/runc"
+	"github.com/cubby-dev/cubby/internal/runtime/runtimetest"
 )
 
 // BenchmarkCreateUserns measures what user namespaces cost a sandbox on runc:
@@ -33,11 +33,11 @@ func BenchmarkCreateUserns(b *testing.B) {
 		}
 		extra = append(extra, create[0][len(create[0])-1]-create[1][len(create[1])-1])
 	}
-	b.ReportMetric(ocitest.MedianMs(create[0]), "userns-create-ms")
-	b.ReportMetric(ocitest.MedianMs(create[1]), "plain-create-ms")
-	b.ReportMetric(ocitest.MedianMs(extra), "extra-create-ms")
-	b.ReportMetric(ocitest.MedianMs(kill[0]), "userns-kill-ms")
-	b.ReportMetric(ocitest.MedianMs(kill[1]), "plain-kill-ms")
+	b.ReportMetric(runtimetest.MedianMs(create[0]), "userns-create-ms")
+	b.ReportMetric(runtimetest.MedianMs(create[1]), "plain-create-ms")
+	b.ReportMetric(runtimetest.MedianMs(extra), "extra-create-ms")
+	b.ReportMetric(runtimetest.MedianMs(kill[0]), "userns-kill-ms")
+	b.ReportMetric(runtimetest.MedianMs(kill[1]), "plain-kill-ms")
 }
 
 // createKill creates a base sandbox on e's backend and kills it, returning how

@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cubby-dev/cubby/internal/runtime"
-	"github.com/cubby-dev/cubby/internal/runtime/ocicli/ocitest"
+	"github.com/cubby-dev/cubby/internal/runtime/runtimetest"
 )
 
 func TestMessages(t *testing.T) {
@@ -52,7 +52,7 @@ func runc(t *testing.T) *CLI {
 	if err := os.Mkdir(root, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	return &CLI{Name: "runc", Binary: ocitest.Tool(t, "runc", "CUBBY_RUNC"), Flags: []string{"--root", root},
+	return &CLI{Name: "runc", Binary: runtimetest.Tool(t, "runc", "CUBBY_RUNC"), Flags: []string{"--root", root},
 		RunFlags: []string{"--log-format", "json"}, NotFound: "does not exist"}
 }
 

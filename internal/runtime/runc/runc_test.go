@@ -16,39 +16,39 @@ import (
 	"github.com/cubby-dev/cubby/internal/rootfs/mountinfo"
 	"github.com/cubby-dev/cubby/internal/runtime"
 	"github.com/cubby-dev/cubby/internal/runtime/oci"
-	"github.com/cubby-dev/cubby/internal/runtime/ocicli/ocitest"
+	"github.com/cubby-dev/cubby/internal/runtime/runtimetest"
 )
 
 // waitLimit bounds every wait for a condition inside a container.
 const waitLimit = 20 * time.Second
 
-type env = ocitest.Env[*Runtime]
+type env = runtimetest.Env[*Runtime]
 
-type sandbox = ocitest.Sandbox
+type sandbox = runtimetest.Sandbox
 
 func setup(tb testing.TB) *env {
 	tb.Helper()
-	return ocitest.NewEnv(tb, func(tb testing.TB, state string) *Runtime {
-		return New(ocitest.Tool(tb, "runc", "CUBBY_RUNC"), state, nil)
+	return runtimetest.NewEnv(tb, func(tb testing.TB, state string) *Runtime {
+		return New(runtimetest.Tool(tb, "runc", "CUBBY_RUNC"), state, nil)
 	})
 }
 
 // waitFor polls cond until it holds, failing the test after waitLimit.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	ocitest.WaitFor(t, waitLimit, what, cond)
+	runtimetest.WaitFor(t, waitLimit, what, cond)
 }
 
 // waitLog waits until the container's log contains marker and returns the log.
 func waitLog(t *testing.T, sb *sandbox, marker string) string {
 	t.Helper()
-	return ocitest.WaitLog(t, waitLimit, sb, marker)
+	return runtimetest.WaitLog(t, waitLimit, sb, marker)
 }
 
 func TestLifecycle(t *testing.T) {
 	e := setup(t)
 	sb := e.Start(t, 32<<20, oci.Options{
-		Args:     ocitest.Shell(`echo hello > /written; echo "host=$(hostname) uid=$(id -u)"; exec sleep 1000`),
+		Args:     runtimetest.Shell(`echo hello > /written; echo "host=$(hostname) uid=$(id -u)"; exec sleep 1000`),
 		CPUCount: 1, MemoryBytes: 128 << 20, PidsLimit: 64,
 	})
 	st := e.CheckRunning(t, sb)
@@ -85,7 +85,7 @@ func TestStartFailureCleansUp(t *testing.T) {
 func TestDiskFull(t *testing.T) {
 	e := setup(t)
 	sb := e.Start(t, 16<<20, oci.Options{
-		Args:        ocitest.Shell(`dd if=/dev/zero of=/fill bs=1M 2>&1; echo "dd-exit=$?"; exec sleep 1000`),
+		Args:        runtimetest.Shell(`dd if=/dev/zero of=/fill bs=1M 2>&1; echo "dd-exit=$?"; exec sleep 1000`),
 		MemoryBytes: 128 << 20,
 	})
 	log := waitLog(t, sb, "dd-exit=")
@@ -107,7 +107,7 @@ func TestDiskFull(t *testing.T) {
 func TestMemoryHogOOMKilled(t *testing.T) {
 	e := setup(t)
 	sb := e.Start(t, 16<<20, oci.Options{
-		Args: ocitest.Shell(`sh -c 'x=$(head -c 300000000 /dev/zero | tr "\0" a); echo survived'; ` +
+		Args: runtimetest.Shell(`sh -c 'x=$(head -c 300000000 /dev/zero | tr "\0" a); echo survived'; ` +
 			`echo "hog-exit=$?"; exec sleep 1000`),
 		CPUCount: 1, MemoryBytes: 64 << 20,
 	})
@@ -128,7 +128,7 @@ func TestForkBombCapped(t *testing.T) {
 	e := setup(t)
 	const limit = 32
 	sb := e.Start(t, 16<<20, oci.Options{
-		Args:     ocitest.Shell(`f() { sleep 1000 & f & }; f; exec sleep 1000`),
+		Args:     runtimetest.Shell(`f() { sleep 1000 & f & }; f; exec sleep 1000`),
 		CPUCount: 1, MemoryBytes: 128 << 20, PidsLimit: limit,
 	})
 	waitFor(t, "the pids limit to be hit", func() bool { return pidsMaxEvents(t, sb.CgroupsPath) > 0 })

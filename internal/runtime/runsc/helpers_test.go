@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/runtime/oci"
-	"github.com/cubby-dev/cubby/internal/runtime/ocicli/ocitest"
+	"github.com/cubby-dev/cubby/internal/runtime/runtimetest"
 )
 
 // waitLimit bounds every wait for a condition inside a container.
@@ -14,16 +14,16 @@ const waitLimit = 30 * time.Second
 // runscBinary returns $CUBBY_RUNSC or the repository's bin/runsc, building it with
 // `make runsc` when missing (about 2 min once). It skips the test only when the
 // binary cannot be built.
-func runscBinary(tb testing.TB) string { return ocitest.Tool(tb, "runsc", "CUBBY_RUNSC") }
+func runscBinary(tb testing.TB) string { return runtimetest.Tool(tb, "runsc", "CUBBY_RUNSC") }
 
 // env adds to the shared test environment the defaults of this package's sandboxes.
-type env struct{ *ocitest.Env[*Runtime] }
+type env struct{ *runtimetest.Env[*Runtime] }
 
-type sandbox = ocitest.Sandbox
+type sandbox = runtimetest.Sandbox
 
 func setup(tb testing.TB) *env {
 	tb.Helper()
-	e := ocitest.NewEnv(tb, func(tb testing.TB, state string) *Runtime {
+	e := runtimetest.NewEnv(tb, func(tb testing.TB, state string) *Runtime {
 		return New(runscBinary(tb), state, Options{}, nil)
 	})
 	e.CheckProcesses = true
@@ -61,13 +61,13 @@ func (e *env) start(t *testing.T, o oci.Options) *sandbox {
 // waitFor polls cond until it holds, failing the test after waitLimit.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	ocitest.WaitFor(t, waitLimit, what, cond)
+	runtimetest.WaitFor(t, waitLimit, what, cond)
 }
 
 // waitLog waits until the container's log contains marker and returns the log.
 func waitLog(t testing.TB, sb *sandbox, marker string) string {
 	t.Helper()
-	return ocitest.WaitLog(t, waitLimit, sb, marker)
+	return runtimetest.WaitLog(t, waitLimit, sb, marker)
 }
 
-func processesOf(id string) []string { return ocitest.ProcessesOf("runsc", id) }
+func processesOf(id string) []string { return runtimetest.ProcessesOf("runsc", id) }

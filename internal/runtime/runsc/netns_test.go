@@ -14,7 +14,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/cubby-dev/cubby/internal/runtime/oci"
-	"github.com/cubby-dev/cubby/internal/runtime/ocicli/ocitest"
+	"github.com/cubby-dev/cubby/internal/runtime/runtimetest"
 )
 
 // netPair is a sandbox netns whose eth0 (10.99.0.2/24, default route via
@@ -38,7 +38,7 @@ func newNetPair(t testing.TB) netPair {
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("needs ip(8)")
 	}
-	s := ocitest.Suffix(t)
+	s := runtimetest.Suffix(t)
 	p := netPair{sandbox: s + "s", host: s + "h"}
 	for _, ns := range []string{p.sandbox, p.host} {
 		ip(t, "netns", "add", ns)
@@ -112,7 +112,7 @@ func TestNetworkAcrossCheckpoint(t *testing.T) {
 	e := setup(t)
 	p := newNetPair(t)
 	hits := listenIn(t, p.host, "10.99.0.1:8080")
-	sb := e.start(t, oci.Options{NetNSPath: p.sandboxPath(), Args: ocitest.Shell(
+	sb := e.start(t, oci.Options{NetNSPath: p.sandboxPath(), Args: runtimetest.Shell(
 		`while :; do printf "GET / HTTP/1.0\r\n\r\n" | nc 10.99.0.1 8080 >/dev/null && echo net-ok; sleep 0.1; done`)})
 	waitFor(t, "a request from the sandbox", func() bool { return hits.Load() > 0 })
 	waitLog(t, sb, "net-ok")

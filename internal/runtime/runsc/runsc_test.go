@@ -17,7 +17,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/rootfs"
 	"github.com/cubby-dev/cubby/internal/runtime"
 	"github.com/cubby-dev/cubby/internal/runtime/oci"
-	"github.com/cubby-dev/cubby/internal/runtime/ocicli/ocitest"
+	"github.com/cubby-dev/cubby/internal/runtime/runtimetest"
 )
 
 // counterScript keeps a random token and a counter in shell memory and writes
@@ -56,7 +56,7 @@ func waitCounter(t testing.TB, sb *sandbox, n int) (string, int) {
 func TestLifecycle(t *testing.T) {
 	ctx := context.Background()
 	e := setup(t)
-	sb := e.start(t, oci.Options{Args: ocitest.Shell(counterScript), CPUCount: 1, MemoryBytes: 128 << 20, PidsLimit: 64})
+	sb := e.start(t, oci.Options{Args: runtimetest.Shell(counterScript), CPUCount: 1, MemoryBytes: 128 << 20, PidsLimit: 64})
 	st := e.CheckRunning(t, sb)
 	log := waitLog(t, sb, "tick 1\n")
 	if !strings.Contains(log, "host="+sb.ID+" uid=0") {
@@ -92,7 +92,7 @@ func TestStartFailureCleansUp(t *testing.T) {
 func TestCheckpointRestore(t *testing.T) {
 	ctx := context.Background()
 	e := setup(t)
-	sb := e.start(t, oci.Options{Args: ocitest.Shell(counterScript), CPUCount: 1})
+	sb := e.start(t, oci.Options{Args: runtimetest.Shell(counterScript), CPUCount: 1})
 	tok0, _ := waitCounter(t, sb, 3)
 	for cycle := range 2 {
 		img := filepath.Join(e.Base, fmt.Sprintf("image-%d", cycle)) // created by Checkpoint
@@ -142,9 +142,9 @@ func TestCheckpointRestore(t *testing.T) {
 func TestCheckpointDiskFull(t *testing.T) {
 	ctx := context.Background()
 	e := setup(t)
-	sb := e.start(t, oci.Options{Args: ocitest.Shell(counterScript)})
+	sb := e.start(t, oci.Options{Args: runtimetest.Shell(counterScript)})
 	tok0, n := waitCounter(t, sb, 0)
-	img := filepath.Join(e.Base, "small-"+ocitest.Suffix(t))
+	img := filepath.Join(e.Base, "small-"+runtimetest.Suffix(t))
 	if err := os.Mkdir(img, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestCheckpointDiskFull(t *testing.T) {
 func TestRestoreBadImageCleansUp(t *testing.T) {
 	ctx := context.Background()
 	e := setup(t)
-	sb := e.prepare(t, oci.Options{Args: ocitest.Shell(counterScript)})
+	sb := e.prepare(t, oci.Options{Args: runtimetest.Shell(counterScript)})
 	err := e.RT.Restore(ctx, sb.ID, sb.Dir, t.TempDir(), sb.Out)
 	if err == nil {
 		t.Fatal("Restore from an empty image dir succeeded")
@@ -194,7 +194,7 @@ func BenchmarkRunscStartKill(b *testing.B) {
 func BenchmarkCheckpointRestore(b *testing.B) {
 	e := setup(b)
 	ctx := context.Background()
-	sb := e.prepare(b, oci.Options{Args: ocitest.Shell(counterScript)})
+	sb := e.prepare(b, oci.Options{Args: runtimetest.Shell(counterScript)})
 	if err := e.RT.Start(ctx, sb.ID, sb.Dir, sb.Out); err != nil {
 		b.Fatal(err)
 	}
@@ -215,8 +215,8 @@ func BenchmarkCheckpointRestore(b *testing.B) {
 		cps, rss = append(cps, t1.Sub(t0)), append(rss, time.Since(t1))
 		size = dirSize(img)
 	}
-	b.ReportMetric(ocitest.MedianMs(cps), "checkpoint-ms")
-	b.ReportMetric(ocitest.MedianMs(rss), "restore-ms")
+	b.ReportMetric(runtimetest.MedianMs(cps), "checkpoint-ms")
+	b.ReportMetric(runtimetest.MedianMs(rss), "restore-ms")
 	b.ReportMetric(float64(size), "image-bytes")
 }
 
@@ -235,7 +235,7 @@ func dirSize(dir string) int64 {
 func TestKillExited(t *testing.T) {
 	ctx := context.Background()
 	e := setup(t)
-	sb := e.start(t, oci.Options{Args: ocitest.Shell("echo done")})
+	sb := e.start(t, oci.Options{Args: runtimetest.Shell("echo done")})
 	waitLog(t, sb, "done")
 	waitFor(t, "the container to stop", func() bool {
 		st, err := e.RT.State(ctx, sb.ID)

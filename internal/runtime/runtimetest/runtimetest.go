@@ -1,8 +1,12 @@
-// Package ocitest holds the test helpers shared by the tests of the OCI runtime
-// packages (runc, runsc): a busybox template and rootfs manager under a temporary
-// directory, sandboxes with an OCI bundle whose clean-up checks that nothing of
-// them is left on the host, and polling helpers. Tests need root.
-package ocitest
+// Package runtimetest is the conformance suite of runtime.Runtime: the checks
+// every runtime must pass (CheckRunning, CheckPauseResume, CheckKillPaused,
+// CheckStartFailure), the benchmark of its start and kill (BenchStartKill),
+// and the environment they run in: a busybox template and rootfs manager under
+// a temporary directory, sandboxes with an OCI bundle whose clean-up checks that
+// nothing of them is left on the host (AssertGone), and polling helpers. The
+// runc and runsc packages run it against the pinned binaries (Tool); a new
+// runtime's tests start from NewEnv. Tests need root.
+package runtimetest
 
 import (
 	"bytes"
