@@ -40,7 +40,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/cubby-dev/cubby/internal/testhost"
+	"github.com/cubby-dev/cubby/internal/testenv/testhost"
 )
 
 // Tier selects how much of a cluster Start runs.

@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cubby-dev/cubby/internal/kubetest/mountns"
-	"github.com/cubby-dev/cubby/internal/testhost"
+	"github.com/cubby-dev/cubby/internal/testenv/testhost"
 )
 
 // node is the real node of TierNode: containerd and a kubelet inside a

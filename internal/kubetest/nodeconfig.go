@@ -15,7 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"github.com/cubby-dev/cubby/internal/testhost"
+	"github.com/cubby-dev/cubby/internal/testenv/testhost"
 )
 
 // pauseImage is the test node's Pod sandbox image, built by loadPause.

@@ -3,7 +3,7 @@ package testserver
 import (
 	"os/exec"
 
-	"github.com/cubby-dev/cubby/internal/testhost"
+	"github.com/cubby-dev/cubby/internal/testenv/testhost"
 )
 
 // Helpers of package testhost, kept here for the tests that use a server.

@@ -40,7 +40,7 @@ func TestRepoRootHasGoMod(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(root, "internal", "testhost")); err != nil {
+	if _, err := os.Stat(filepath.Join(root, "internal", "testenv", "testhost")); err != nil {
 		t.Fatalf("RepoRoot = %s, not this module's root: %v", root, err)
 	}
 }
