@@ -23,7 +23,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/cubby-dev/cubby/internal/testserver"
+	"github.com/cubby-dev/cubby/internal/testenv/testserver"
 	"github.com/cubby-dev/cubby/sdk"
 )
 
@@ -47,7 +47,7 @@ func TestMain(m *testing.M) {
 	}
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) { stop(code) }),
 		// The harness's own watcher of the cubby serve child process.
-		goleak.IgnoreAnyFunction("github.com/cubby-dev/cubby/internal/testserver.(*Server).wait"))
+		goleak.IgnoreAnyFunction("github.com/cubby-dev/cubby/internal/testenv/testserver.(*Server).wait"))
 }
 
 func setupEnv() (func(int), error) {

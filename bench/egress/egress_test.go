@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/egress/egresstest"
-	"github.com/cubby-dev/cubby/internal/testserver"
+	"github.com/cubby-dev/cubby/internal/testenv/testserver"
 	"github.com/cubby-dev/cubby/sdk"
 )
 

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cubby-dev/cubby/internal/testserver"
+	"github.com/cubby-dev/cubby/internal/testenv/testserver"
 )
 
 // server is the `cubby serve` the tests talk to (Bin, Addr, Key,

@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/cubby-dev/cubby/internal/kubetest"
-	"github.com/cubby-dev/cubby/internal/testserver"
+	"github.com/cubby-dev/cubby/internal/testenv/testserver"
 )
 
 // manifestsFile holds the plain manifests rendered from the chart with its

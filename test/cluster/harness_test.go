@@ -20,7 +20,7 @@ import (
 
 	"github.com/cubby-dev/cubby/internal/kubetest"
 	"github.com/cubby-dev/cubby/internal/store/postgres/pgtest"
-	"github.com/cubby-dev/cubby/internal/testserver"
+	"github.com/cubby-dev/cubby/internal/testenv/testserver"
 )
 
 // shared holds the clusters and PostgreSQL server of this package's tests,

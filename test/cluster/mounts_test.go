@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/kubetest"
-	"github.com/cubby-dev/cubby/internal/testserver"
+	"github.com/cubby-dev/cubby/internal/testenv/testserver"
 	"github.com/cubby-dev/cubby/sdk"
 )
 

@@ -14,7 +14,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/kubetest"
 	"github.com/cubby-dev/cubby/internal/ociimage"
 	"github.com/cubby-dev/cubby/internal/template"
-	"github.com/cubby-dev/cubby/internal/testserver"
+	"github.com/cubby-dev/cubby/internal/testenv/testserver"
 	"github.com/cubby-dev/cubby/sdk"
 )
 

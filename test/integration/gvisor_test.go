@@ -23,7 +23,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/envdpb/process/processconnect"
 	"github.com/cubby-dev/cubby/internal/runtime"
 	"github.com/cubby-dev/cubby/internal/runtime/runsc"
-	"github.com/cubby-dev/cubby/internal/testserver"
+	"github.com/cubby-dev/cubby/internal/testenv/testserver"
 )
 
 // gvisorEnv is a backendEnv with the gVisor runtime, with user namespaces

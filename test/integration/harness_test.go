@@ -15,7 +15,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/envdpb/filesystem/filesystemconnect"
 	"github.com/cubby-dev/cubby/internal/envdpb/process"
 	"github.com/cubby-dev/cubby/internal/envdpb/process/processconnect"
-	"github.com/cubby-dev/cubby/internal/testserver"
+	"github.com/cubby-dev/cubby/internal/testenv/testserver"
 )
 
 // server is one running `cubby serve` (testserver) bound to the test that started it.

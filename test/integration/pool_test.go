@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cubby-dev/cubby/internal/testserver"
+	"github.com/cubby-dev/cubby/internal/testenv/testserver"
 )
 
 // metric returns the value of the first sample on the server's GET /metrics

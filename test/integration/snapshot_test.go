@@ -17,7 +17,7 @@ import (
 
 	"github.com/cubby-dev/cubby/internal/runtime"
 	"github.com/cubby-dev/cubby/internal/runtime/runc"
-	"github.com/cubby-dev/cubby/internal/testserver"
+	"github.com/cubby-dev/cubby/internal/testenv/testserver"
 )
 
 // snapshotsDir is where the server keeps snapshots (local backend: <data>/snapshots).

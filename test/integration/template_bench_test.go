@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cubby-dev/cubby/internal/testserver"
+	"github.com/cubby-dev/cubby/internal/testenv/testserver"
 )
 
 // BenchmarkTemplate measures, through the template build API of a real

@@ -18,7 +18,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/registrytest"
 	"github.com/cubby-dev/cubby/internal/rootfs/mountinfo"
 	"github.com/cubby-dev/cubby/internal/template"
-	"github.com/cubby-dev/cubby/internal/testserver"
+	"github.com/cubby-dev/cubby/internal/testenv/testserver"
 )
 
 // debianImage starts a registry (with credentials when user is set) holding

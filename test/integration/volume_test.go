@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cubby-dev/cubby/internal/testserver"
+	"github.com/cubby-dev/cubby/internal/testenv/testserver"
 )
 
 type volumeInfo struct {

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cubby-dev/cubby/internal/testserver"
+	"github.com/cubby-dev/cubby/internal/testenv/testserver"
 	"github.com/cubby-dev/cubby/sdk"
 )
 

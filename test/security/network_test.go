@@ -16,7 +16,7 @@ import (
 
 	"github.com/cubby-dev/cubby/internal/network"
 	"github.com/cubby-dev/cubby/internal/network/nettest"
-	"github.com/cubby-dev/cubby/internal/testserver"
+	"github.com/cubby-dev/cubby/internal/testenv/testserver"
 	"github.com/cubby-dev/cubby/sdk"
 )
 

@@ -15,7 +15,7 @@ import (
 
 	_ "modernc.org/sqlite" // database/sql driver "sqlite", to read the server's database
 
-	"github.com/cubby-dev/cubby/internal/testserver"
+	"github.com/cubby-dev/cubby/internal/testenv/testserver"
 	"github.com/cubby-dev/cubby/sdk"
 )
 

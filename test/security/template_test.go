@@ -22,7 +22,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/layer"
 	"github.com/cubby-dev/cubby/internal/registrytest"
 	"github.com/cubby-dev/cubby/internal/template"
-	"github.com/cubby-dev/cubby/internal/testserver"
+	"github.com/cubby-dev/cubby/internal/testenv/testserver"
 	"github.com/cubby-dev/cubby/sdk"
 )
 
