@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/cubby-dev/cubby/internal/kubetest"
+	"github.com/cubby-dev/cubby/internal/testenv/testkube"
 	"github.com/cubby-dev/cubby/internal/testenv/testserver"
 )
 
@@ -22,14 +22,14 @@ const manifestsFile = "deploy/manifests/cubby.yaml"
 
 // TestChartManifestsUpToDate: the plain manifests are the chart's rendering.
 func TestChartManifestsUpToDate(t *testing.T) {
-	if _, err := os.Stat(filepath.Join(kubetest.BinDir(), "helm")); err != nil {
+	if _, err := os.Stat(filepath.Join(testkube.BinDir(), "helm")); err != nil {
 		t.Skip("helm not built: run `make k8s-tools`")
 	}
 	root, err := testserver.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := kubetest.Helm(chartDir(t), "cubby", "cubby")
+	want, err := testkube.Helm(chartDir(t), "cubby", "cubby")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,9 +44,9 @@ func TestChartManifestsUpToDate(t *testing.T) {
 // replicas' service account may do what a replica does in its namespace and
 // nothing else (the API server's own access reviews).
 func TestChartServerSideDryRun(t *testing.T) {
-	c := clusterOf(t, kubetest.TierAPI)
+	c := clusterOf(t, testkube.TierAPI)
 	ns := c.Namespace(t)
-	all, err := kubetest.Helm(chartDir(t), "cubby", ns, "--set", "sandbox.pools.base=2", "--set", "apiKey.secretName=cubby-key",
+	all, err := testkube.Helm(chartDir(t), "cubby", ns, "--set", "sandbox.pools.base=2", "--set", "apiKey.secretName=cubby-key",
 		"--set", "sandbox.runtimeClasses.default=gvisor", "--set", "domain=sandboxes.example.com")
 	if err != nil {
 		t.Fatal(err)

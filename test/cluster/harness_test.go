@@ -1,6 +1,6 @@
 // Package cluster tests `cubby serve --backend kubernetes`: real replicas
 // (the cubby binary of CUBBY_BIN) sharing a real PostgreSQL and a Kubernetes
-// cluster started by internal/kubetest. The simulated tier (kwok nodes, agent
+// cluster started by internal/testenv/testkube. The simulated tier (kwok nodes, agent
 // stand-ins on the Pod IPs) exercises the control plane at scale; the node
 // tier runs real sandbox Pods under a real kubelet for the official SDKs.
 package cluster
@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cubby-dev/cubby/internal/kubetest"
 	"github.com/cubby-dev/cubby/internal/store/postgres/pgtest"
+	"github.com/cubby-dev/cubby/internal/testenv/testkube"
 	"github.com/cubby-dev/cubby/internal/testenv/testserver"
 )
 
@@ -27,7 +27,7 @@ import (
 // started on first use and stopped by TestMain.
 var shared struct {
 	mu       sync.Mutex
-	clusters map[kubetest.Tier]*kubetest.Cluster
+	clusters map[testkube.Tier]*testkube.Cluster
 	pg       *pgtest.Server
 }
 
@@ -46,9 +46,9 @@ func TestMain(m *testing.M) {
 }
 
 // skip skips t when tier, PostgreSQL or the cubby binary are not available.
-func skip(t testing.TB, tier kubetest.Tier) {
+func skip(t testing.TB, tier testkube.Tier) {
 	t.Helper()
-	for _, r := range []string{kubetest.SkipReason(tier), pgtest.SkipReason(), testserver.SkipReason()} {
+	for _, r := range []string{testkube.SkipReason(tier), pgtest.SkipReason(), testserver.SkipReason()} {
 		if r != "" {
 			t.Skip(r)
 		}
@@ -56,7 +56,7 @@ func skip(t testing.TB, tier kubetest.Tier) {
 }
 
 // clusterOf returns the shared cluster of tier, starting it on first use.
-func clusterOf(t testing.TB, tier kubetest.Tier) *kubetest.Cluster {
+func clusterOf(t testing.TB, tier testkube.Tier) *testkube.Cluster {
 	t.Helper()
 	skip(t, tier)
 	shared.mu.Lock()
@@ -68,12 +68,12 @@ func clusterOf(t testing.TB, tier kubetest.Tier) *kubetest.Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := kubetest.Launch(tier, dir)
+	c, err := testkube.Launch(tier, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if shared.clusters == nil {
-		shared.clusters = map[kubetest.Tier]*kubetest.Cluster{}
+		shared.clusters = map[testkube.Tier]*testkube.Cluster{}
 	}
 	shared.clusters[tier] = c
 	return c
@@ -103,21 +103,21 @@ func database(t testing.TB) (*pgtest.Server, string) {
 // fleet is a set of replicas of one deployment: one namespace, one database.
 type fleet struct {
 	t        testing.TB
-	c        *kubetest.Cluster
+	c        *testkube.Cluster
 	ns, dsn  string
 	key      string
-	opts     kubetest.ReplicaOptions
-	replicas []*kubetest.Replica
+	opts     testkube.ReplicaOptions
+	replicas []*testkube.Replica
 }
 
 // newFleet starts n replicas on a fresh namespace and database of c with
 // extra serve flags args; they stop when t ends (their logs are attached when
 // it fails).
-func newFleet(t testing.TB, c *kubetest.Cluster, n int, images map[string]string, args ...string) *fleet {
+func newFleet(t testing.TB, c *testkube.Cluster, n int, images map[string]string, args ...string) *fleet {
 	t.Helper()
 	_, dsn := database(t)
 	f := &fleet{t: t, c: c, ns: c.Namespace(t), dsn: dsn, key: "e2b_" + testserver.RandHex(20)}
-	f.opts = kubetest.ReplicaOptions{Namespace: f.ns, Store: dsn, Key: f.key, Images: images, Args: args,
+	f.opts = testkube.ReplicaOptions{Namespace: f.ns, Store: dsn, Key: f.key, Images: images, Args: args,
 		Kubeconfig: chartIdentity(t, c, f.ns)}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -141,9 +141,9 @@ func newFleet(t testing.TB, c *kubetest.Cluster, n int, images map[string]string
 // chartIdentity applies the Helm chart's service account and RBAC in ns and
 // returns a kubeconfig of that service account: replicas then have exactly
 // the rights the chart gives them.
-func chartIdentity(t testing.TB, c *kubetest.Cluster, ns string) string {
+func chartIdentity(t testing.TB, c *testkube.Cluster, ns string) string {
 	t.Helper()
-	rbac, err := kubetest.Helm(chartDir(t), "cubby", ns, "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml")
+	rbac, err := testkube.Helm(chartDir(t), "cubby", ns, "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func chartDir(t testing.TB) string {
 }
 
 // add starts one more replica.
-func (f *fleet) add(name string) *kubetest.Replica {
+func (f *fleet) add(name string) *testkube.Replica {
 	f.t.Helper()
 	r, err := f.c.StartReplica(f.ns+"-"+name, f.opts)
 	if err != nil {
@@ -181,7 +181,7 @@ func (f *fleet) add(name string) *kubetest.Replica {
 
 // call sends an API request with the fleet's key to replica r and returns
 // the status and decoded JSON body (into out when non-nil).
-func (f *fleet) call(r *kubetest.Replica, method, path string, body, out any) int {
+func (f *fleet) call(r *testkube.Replica, method, path string, body, out any) int {
 	f.t.Helper()
 	var rd io.Reader
 	if body != nil {
@@ -212,7 +212,7 @@ type sandbox struct {
 
 // create creates a sandbox of template through r with body fields extra
 // (timeout in seconds when > 0) and returns its ID and the status.
-func (f *fleet) create(r *kubetest.Replica, template string, timeout int) (string, int, string) {
+func (f *fleet) create(r *testkube.Replica, template string, timeout int) (string, int, string) {
 	f.t.Helper()
 	body := map[string]any{"templateID": template}
 	if timeout > 0 {

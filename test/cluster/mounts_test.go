@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cubby-dev/cubby/internal/kubetest"
+	"github.com/cubby-dev/cubby/internal/testenv/testkube"
 	"github.com/cubby-dev/cubby/internal/testenv/testserver"
 	"github.com/cubby-dev/cubby/sdk"
 )
@@ -21,7 +21,7 @@ import (
 // the sandbox's disk mount, and the loop device stayed busy until the node
 // stopped.
 func TestNodeHoldsNoHostSandboxDisks(t *testing.T) {
-	skip(t, kubetest.TierNode)
+	skip(t, testkube.TierNode)
 	host := testserver.Start(t, testserver.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -33,7 +33,7 @@ func TestNodeHoldsNoHostSandboxDisks(t *testing.T) {
 	if loops := loopsBelow(t, host.DataDir); len(loops) == 0 {
 		t.Fatalf("the sandbox has no loop device below %s: nothing to check", host.DataDir)
 	}
-	c := kubetest.Start(t, kubetest.TierNode) // after the sandbox: its namespace starts with the host's mounts
+	c := testkube.Start(t, testkube.TierNode) // after the sandbox: its namespace starts with the host's mounts
 	mounts, err := c.KubeletMounts()
 	if err != nil || len(mounts) == 0 {
 		t.Fatalf("kubelet mounts: %v, %v", mounts, err)

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cubby-dev/cubby/internal/kubetest"
 	"github.com/cubby-dev/cubby/internal/ociimage"
 	"github.com/cubby-dev/cubby/internal/template"
+	"github.com/cubby-dev/cubby/internal/testenv/testkube"
 	"github.com/cubby-dev/cubby/internal/testenv/testserver"
 	"github.com/cubby-dev/cubby/sdk"
 )
@@ -36,7 +36,7 @@ var loaded struct {
 // nodeImages exports the templates as images (the template layers cached in
 // <repo>/.cache/k8s-layers), loads them into c's node and returns their
 // references by template name.
-func nodeImages(t testing.TB, c *kubetest.Cluster) map[string]string {
+func nodeImages(t testing.TB, c *testkube.Cluster) map[string]string {
 	t.Helper()
 	loaded.once.Do(func() { loaded.refs, loaded.err = exportTemplates(c) })
 	if loaded.err != nil {
@@ -45,7 +45,7 @@ func nodeImages(t testing.TB, c *kubetest.Cluster) map[string]string {
 	return loaded.refs
 }
 
-func exportTemplates(c *kubetest.Cluster) (map[string]string, error) {
+func exportTemplates(c *testkube.Cluster) (map[string]string, error) {
 	root, err := testserver.RepoRoot()
 	if err != nil {
 		return nil, err
@@ -97,7 +97,7 @@ func logf(format string, args ...any) {
 // nodeFleet starts n replicas on the node tier with the template images.
 func nodeFleet(t testing.TB, n int, args ...string) *fleet {
 	t.Helper()
-	c := clusterOf(t, kubetest.TierNode)
+	c := clusterOf(t, testkube.TierNode)
 	refs := nodeImages(t, c)
 	return newFleet(t, c, n, refs, append([]string{"--user-namespaces=false", "--image-pull-policy", "Never",
 		"--pending-timeout", "3m"}, args...)...)

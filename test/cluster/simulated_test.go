@@ -14,9 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cubby-dev/cubby/internal/backend/kube"
-	"github.com/cubby-dev/cubby/internal/kubetest"
 	"github.com/cubby-dev/cubby/internal/store"
 	"github.com/cubby-dev/cubby/internal/store/postgres"
+	"github.com/cubby-dev/cubby/internal/testenv/testkube"
 )
 
 // The tests of this file run on TierSimulated: a real API server, scheduler
@@ -33,7 +33,7 @@ var unlimited = []string{"--create-rate", "0", "--team-max-sandboxes", "0", "--m
 // TestHundredSandboxes: 100 sandboxes created through two replicas at once
 // are all scheduled and running, every replica lists and kills them.
 func TestHundredSandboxes(t *testing.T) {
-	c := clusterOf(t, kubetest.TierSimulated)
+	c := clusterOf(t, testkube.TierSimulated)
 	f := newFleet(t, c, 2, simImages, unlimited...)
 	c.ServeStandIns(t, f.ns)
 	const n = 100
@@ -113,7 +113,7 @@ func (f *fleet) record(id string) store.Sandbox {
 }
 
 // leader returns the replica holding the Lease.
-func (f *fleet) leader() *kubetest.Replica {
+func (f *fleet) leader() *testkube.Replica {
 	f.t.Helper()
 	var holder string
 	eventually(f.t, time.Minute, "a leader", func() bool {
@@ -152,7 +152,7 @@ func (f *fleet) warm() int {
 // (SIGKILL) before their deadline; the replica left takes the Lease, reaps
 // the sandboxes at their deadline and refills the pool.
 func TestReaperAndRefillSurviveLeaderLoss(t *testing.T) {
-	c := clusterOf(t, kubetest.TierSimulated)
+	c := clusterOf(t, testkube.TierSimulated)
 	f := newFleet(t, c, 2, simImages, append([]string{"--pool", "base=3"}, unlimited...)...)
 	c.ServeStandIns(t, f.ns)
 	eventually(t, 2*time.Minute, "3 warm pods", func() bool { return f.warm() == 3 })
@@ -186,7 +186,7 @@ func TestReaperAndRefillSurviveLeaderLoss(t *testing.T) {
 // TestRacingKills: two replicas killing one sandbox at once: one answers 204,
 // the other 404, as a second kill on one server does.
 func TestRacingKills(t *testing.T) {
-	c := clusterOf(t, kubetest.TierSimulated)
+	c := clusterOf(t, testkube.TierSimulated)
 	f := newFleet(t, c, 2, simImages, unlimited...)
 	c.ServeStandIns(t, f.ns)
 	for range 5 {
@@ -214,7 +214,7 @@ func TestRacingKills(t *testing.T) {
 // and one whose node disappears, are recorded killed with the cluster's
 // reason and answer 404 on every replica.
 func TestEvictionAndNodeLossReported(t *testing.T) {
-	c := clusterOf(t, kubetest.TierSimulated)
+	c := clusterOf(t, testkube.TierSimulated)
 	f := newFleet(t, c, 2, simImages, unlimited...)
 	c.ServeStandIns(t, f.ns)
 	id, status, msg := f.create(f.replicas[0], "base", 600)
@@ -283,7 +283,7 @@ func (f *fleet) expectGone(id, why string) {
 // TestStoreLost: replicas whose PostgreSQL goes away answer /health and
 // creates with 503, write nothing, and recover when it returns.
 func TestStoreLost(t *testing.T) {
-	c := clusterOf(t, kubetest.TierSimulated)
+	c := clusterOf(t, testkube.TierSimulated)
 	f := newFleet(t, c, 2, simImages, unlimited...)
 	c.ServeStandIns(t, f.ns)
 	pg, _ := database(t)
@@ -323,7 +323,7 @@ func TestStoreLost(t *testing.T) {
 // and creates with 503 and recover when it returns (run last: it stops the
 // shared API server for a while).
 func TestAPIServerLost(t *testing.T) {
-	c := clusterOf(t, kubetest.TierSimulated)
+	c := clusterOf(t, testkube.TierSimulated)
 	f := newFleet(t, c, 2, simImages, unlimited...)
 	c.ServeStandIns(t, f.ns)
 	c.StopAPIServer()

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cubby-dev/cubby/internal/kubetest"
+	"github.com/cubby-dev/cubby/internal/testenv/testkube"
 )
 
 // TestUnsupportedAnswer501: what the kubernetes backend cannot do answers
@@ -13,7 +13,7 @@ import (
 // supported, and leaves nothing behind: snapshots, forks, volumes (created,
 // mounted at create), the template build API.
 func TestUnsupportedAnswer501(t *testing.T) {
-	c := clusterOf(t, kubetest.TierSimulated)
+	c := clusterOf(t, testkube.TierSimulated)
 	f := newFleet(t, c, 1, simImages, unlimited...)
 	c.ServeStandIns(t, f.ns)
 	r := f.replicas[0]

@@ -20,12 +20,12 @@ import (
 
 	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/backend"
-	"github.com/cubby-dev/cubby/internal/kubetest"
 	"github.com/cubby-dev/cubby/internal/pool"
+	"github.com/cubby-dev/cubby/internal/testenv/testkube"
 )
 
 // The tests of this file run against a real kube-apiserver and etcd
-// (kubetest.TierAPI): real validation, admission, RBAC and optimistic
+// (testkube.TierAPI): real validation, admission, RBAC and optimistic
 // concurrency. Nothing runs Pods at this tier, so tests that need a running
 // Pod write its status themselves (as a kubelet would) and answer its agent's
 // port with a stand-in on the Pod's loopback IP.
@@ -33,16 +33,16 @@ import (
 // api is the package's shared API server; nil when it cannot start here.
 var api struct {
 	once sync.Once
-	c    *kubetest.Cluster
+	c    *testkube.Cluster
 	err  error
 }
 
-func cluster(t *testing.T) *kubetest.Cluster {
+func cluster(t *testing.T) *testkube.Cluster {
 	t.Helper()
-	if r := kubetest.SkipReason(kubetest.TierAPI); r != "" {
+	if r := testkube.SkipReason(testkube.TierAPI); r != "" {
 		t.Skip(r)
 	}
-	api.once.Do(func() { api.c, api.err = kubetest.Launch(kubetest.TierAPI, tempDir()) })
+	api.once.Do(func() { api.c, api.err = testkube.Launch(testkube.TierAPI, tempDir()) })
 	if api.err != nil {
 		t.Fatal(api.err)
 	}
@@ -50,7 +50,7 @@ func cluster(t *testing.T) *kubetest.Cluster {
 }
 
 // newBackend returns a backend on a fresh namespace of c, closed when t ends.
-func newBackend(t *testing.T, c *kubetest.Cluster, ns string, edit func(*Config)) *Backend {
+func newBackend(t *testing.T, c *testkube.Cluster, ns string, edit func(*Config)) *Backend {
 	t.Helper()
 	cfg := Config{Namespace: ns, Images: map[string]string{"tpl": "cubby.local/templates/base:1"}, Identity: "r-" + t.Name()}
 	if edit != nil {
@@ -171,7 +171,7 @@ func TestUnknownRuntimeClass(t *testing.T) {
 }
 
 // waitPod waits until Pod name exists and returns it.
-func waitPod(t *testing.T, c *kubetest.Cluster, ns, name string) *corev1.Pod {
+func waitPod(t *testing.T, c *testkube.Cluster, ns, name string) *corev1.Pod {
 	t.Helper()
 	var pod *corev1.Pod
 	eventually(t, 30*time.Second, "pod "+name+" created", func() bool {
@@ -183,7 +183,7 @@ func waitPod(t *testing.T, c *kubetest.Cluster, ns, name string) *corev1.Pod {
 }
 
 // waitGone waits until Pod name no longer exists.
-func waitGone(t *testing.T, c *kubetest.Cluster, ns, name string) {
+func waitGone(t *testing.T, c *testkube.Cluster, ns, name string) {
 	t.Helper()
 	eventually(t, 30*time.Second, "pod "+name+" deleted", func() bool {
 		_, err := c.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
@@ -230,7 +230,7 @@ func (s *standIn) serve(t *testing.T, addr netip.Addr) {
 }
 
 // markRunning writes pod's status as a kubelet would: running, ready, at ip.
-func markRunning(t *testing.T, c *kubetest.Cluster, ns, name string, ip netip.Addr) {
+func markRunning(t *testing.T, c *testkube.Cluster, ns, name string, ip netip.Addr) {
 	t.Helper()
 	ctx := context.Background()
 	pod, err := c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
@@ -265,7 +265,7 @@ func TestMain(m *testing.M) {
 
 // warmPods creates n warm Pods of request("") in ns, marks them running at
 // 127.<a>.<b>.<i+1> with a stand-in agent each, and returns the stand-in.
-func warmPods(t *testing.T, c *kubetest.Cluster, b *Backend, n int) *standIn {
+func warmPods(t *testing.T, c *testkube.Cluster, b *Backend, n int) *standIn {
 	t.Helper()
 	s := &standIn{}
 	base := netip.MustParseAddr(fmt.Sprintf("127.%d.%d.0", 100+time.Now().Nanosecond()%100, time.Now().Nanosecond()%250))
@@ -508,7 +508,7 @@ func TestEvents(t *testing.T) {
 }
 
 // evict fails a Pod the way a kubelet's eviction manager does.
-func evict(t *testing.T, c *kubetest.Cluster, ns, name string) {
+func evict(t *testing.T, c *testkube.Cluster, ns, name string) {
 	t.Helper()
 	pod, err := c.Client.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {

@@ -1,6 +1,6 @@
 // Command pause is the sandbox ("pause") container of the test node's Pods:
 // PID 1 of each Pod's shared namespaces. It reaps orphans and exits on
-// SIGINT or SIGTERM, nothing else. internal/kubetest builds it into an image.
+// SIGINT or SIGTERM, nothing else. internal/testenv/testkube builds it into an image.
 package main
 
 import (

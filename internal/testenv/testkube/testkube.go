@@ -1,4 +1,4 @@
-// Package kubetest starts real Kubernetes control planes for Cubby's cluster
+// Package testkube starts real Kubernetes control planes for Cubby's cluster
 // tests, in three tiers that each say what is real:
 //
 //   - TierAPI: etcd (Debian's) and a real kube-apiserver (built from
@@ -15,7 +15,7 @@
 // Binaries come from CUBBY_K8S_BIN (default <repo>/bin/k8s, `make k8s-tools`);
 // Start skips the test when they are missing or the process is not root.
 // Every process is stopped by its PID when the cluster stops.
-package kubetest
+package testkube
 
 import (
 	"context"
@@ -135,7 +135,7 @@ func Start(t testing.TB, tier Tier) *Cluster {
 	}
 	c, err := Launch(tier, t.TempDir())
 	if err != nil {
-		t.Fatalf("kubetest: %v", err)
+		t.Fatalf("testkube: %v", err)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -5,7 +5,7 @@
 // disk (ext4 on a loop device), an overlay rootfs or a namespace file
 // unmounted on the host stays mounted in the copy and keeps its loop device
 // busy for as long as the namespace lives. The node tier's kubelet runs in
-// such a namespace (package kubetest), beside test suites that mount and
+// such a namespace (package testkube), beside test suites that mount and
 // unmount sandboxes all the time; Drop detaches their copies before it starts.
 package mountns
 

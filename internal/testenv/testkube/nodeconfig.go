@@ -1,4 +1,4 @@
-package kubetest
+package testkube
 
 import (
 	"archive/tar"
@@ -143,7 +143,7 @@ func (n *node) loadPause() error {
 	return n.ctr("images", "import", archive)
 }
 
-// buildHelper builds the program ./internal/kubetest/<name> (static) into the
+// buildHelper builds the program ./internal/testenv/testkube/<name> (static) into the
 // node's directory and returns its path.
 func (n *node) buildHelper(name string) (string, error) {
 	root, err := testhost.RepoRoot()
@@ -151,7 +151,7 @@ func (n *node) buildHelper(name string) (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(n.dir, name)
-	cmd := exec.Command("go", "build", "-o", bin, "./internal/kubetest/"+name)
+	cmd := exec.Command("go", "build", "-o", bin, "./internal/testenv/testkube/"+name)
 	cmd.Dir, cmd.Env = root, append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build %s: %w: %s", name, err, out)

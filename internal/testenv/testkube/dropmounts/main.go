@@ -1,4 +1,4 @@
-// Command dropmounts is the node tier's kubelet launcher (package kubetest):
+// Command dropmounts is the node tier's kubelet launcher (package testkube):
 // run in a new mount namespace (unshare --mount), it lazily unmounts the
 // host's mounts the kubelet does not need (package mountns) and then executes
 // its arguments.
@@ -16,7 +16,7 @@ import (
 	"os/exec"
 	"syscall"
 
-	"github.com/cubby-dev/cubby/internal/kubetest/mountns"
+	"github.com/cubby-dev/cubby/internal/testenv/testkube/mountns"
 )
 
 // list collects a repeated flag.

@@ -1,4 +1,4 @@
-package kubetest
+package testkube
 
 import (
 	"encoding/json"

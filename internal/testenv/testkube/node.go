@@ -1,4 +1,4 @@
-package kubetest
+package testkube
 
 import (
 	"bytes"
@@ -16,8 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/cubby-dev/cubby/internal/kubetest/mountns"
 	"github.com/cubby-dev/cubby/internal/testenv/testhost"
+	"github.com/cubby-dev/cubby/internal/testenv/testkube/mountns"
 )
 
 // node is the real node of TierNode: containerd and a kubelet inside a
