@@ -19,16 +19,16 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/cubby-dev/cubby/internal/layer"
-	"github.com/cubby-dev/cubby/internal/registrytest"
+	"github.com/cubby-dev/cubby/internal/testenv/testregistry"
 )
 
-func startRegistry(t *testing.T, user, pass string) *registrytest.Registry {
+func startRegistry(t *testing.T, user, pass string) *testregistry.Registry {
 	t.Helper()
 	repo, err := filepath.Abs(filepath.Join("..", "..")) // tests run in internal/image
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := registrytest.Start(repo, registrytest.Options{Username: user, Password: pass})
+	r, err := testregistry.Start(repo, testregistry.Options{Username: user, Password: pass})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@
 # tests use (test/compat/internet: echo servers, DNS and a SOCKS5 proxy in a
 # network namespace; CUBBY_TEST_INTERNET names its JSON description), start
 # the test registries the Template suites pull base images from
-# (internal/registrytest/cmd/testregistry: a minimal Debian image, anonymous
+# (internal/testenv/testregistry/cmd/testregistry: a minimal Debian image, anonymous
 # and behind a password; the anonymous one is the server's Docker Hub
 # mirror), start `cubby serve` on a free loopback port with a generated API
 # key and its egress proxy pointed at that internet, wait for GET /health (up
@@ -157,7 +157,7 @@ start_registry() {
   rm -f "$out"
   log "starting the test registries (the first run makes a Debian image with mmdebstrap)"
   local bin="$repo/.cache/tools/testregistry"
-  (cd "$repo" && go build -o "$bin" ./internal/registrytest/cmd/testregistry) || return 1
+  (cd "$repo" && go build -o "$bin" ./internal/testenv/testregistry/cmd/testregistry) || return 1
   (cd "$repo" && exec "$bin") >"$out" 2>"$out.log" &
   registry_pid=$!
   for _ in $(seq 1 900); do

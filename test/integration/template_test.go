@@ -15,26 +15,26 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/cubby-dev/cubby/internal/registrytest"
 	"github.com/cubby-dev/cubby/internal/rootfs/mountinfo"
 	"github.com/cubby-dev/cubby/internal/template"
+	"github.com/cubby-dev/cubby/internal/testenv/testregistry"
 	"github.com/cubby-dev/cubby/internal/testenv/testserver"
 )
 
 // debianImage starts a registry (with credentials when user is set) holding
 // a minimal Debian image without sudo and without the user "user", and
 // returns the image reference.
-func debianImage(t testing.TB, user, password string) (string, *registrytest.Registry) {
+func debianImage(t testing.TB, user, password string) (string, *testregistry.Registry) {
 	t.Helper()
 	repo, err := testserver.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	tree, err := registrytest.DebianTree(repo)
+	tree, err := testregistry.DebianTree(repo)
 	if err != nil {
 		t.Skipf("no Debian test image (needs mmdebstrap): %v", err)
 	}
-	reg, err := registrytest.Start(repo, registrytest.Options{Username: user, Password: password})
+	reg, err := testregistry.Start(repo, testregistry.Options{Username: user, Password: password})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,8 +20,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cubby-dev/cubby/internal/layer"
-	"github.com/cubby-dev/cubby/internal/registrytest"
 	"github.com/cubby-dev/cubby/internal/template"
+	"github.com/cubby-dev/cubby/internal/testenv/testregistry"
 	"github.com/cubby-dev/cubby/internal/testenv/testserver"
 	"github.com/cubby-dev/cubby/sdk"
 )
@@ -158,11 +158,11 @@ func TestHostileImageLayers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tree, err := registrytest.DebianTree(repo)
+	tree, err := testregistry.DebianTree(repo)
 	if err != nil {
 		t.Skipf("no Debian test image: %v", err)
 	}
-	reg, err := registrytest.Start(repo, registrytest.Options{})
+	reg, err := testregistry.Start(repo, testregistry.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,12 +407,12 @@ func TestTemplatesOfOtherTeams(t *testing.T) {
 // in no log entry, API answer, stored file or server log.
 func TestRegistryCredentialsNotLeaked(t *testing.T) {
 	repo, _ := testserver.RepoRoot()
-	tree, err := registrytest.DebianTree(repo)
+	tree, err := testregistry.DebianTree(repo)
 	if err != nil {
 		t.Skipf("no Debian test image: %v", err)
 	}
 	password := "pw-" + testserver.RandHex(12)
-	reg, err := registrytest.Start(repo, registrytest.Options{Username: "u", Password: password})
+	reg, err := testregistry.Start(repo, testregistry.Options{Username: "u", Password: password})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,7 @@
 // builds templates on Cubby (POST /v3/templates, file uploads, build steps,
 // status polling with live logs), and Sandbox.create runs them.
 //
-// Needs the registries run.sh starts (internal/registrytest/cmd/testregistry):
+// Needs the registries run.sh starts (internal/testenv/testregistry/cmd/testregistry):
 // CUBBY_TEST_AUTH_IMAGE (a minimal Debian image behind a username and
 // password, no sudo, no user "user"), and the server started with
 // --registry-mirror pointing at the anonymous one (Docker Hub names).

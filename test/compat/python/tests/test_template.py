@@ -2,7 +2,7 @@
 async), unchanged, builds templates on Cubby and ``Sandbox.create`` runs them.
 
 Needs the registries test/compat/run.sh starts (see
-internal/registrytest/cmd/testregistry): ``CUBBY_TEST_AUTH_IMAGE``, a minimal
+internal/testenv/testregistry/cmd/testregistry): ``CUBBY_TEST_AUTH_IMAGE``, a minimal
 Debian image behind ``CUBBY_TEST_REGISTRY_USER``/``_PASSWORD`` without sudo
 or the user "user".
 """

@@ -17,7 +17,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/cubby-dev/cubby/internal/registrytest"
+	"github.com/cubby-dev/cubby/internal/testenv/testregistry"
 	"github.com/cubby-dev/cubby/internal/testenv/testserver"
 )
 
@@ -33,16 +33,16 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	tree, err := registrytest.DebianTree(repo)
+	tree, err := testregistry.DebianTree(repo)
 	if err != nil {
 		return err
 	}
-	anon, err := registrytest.Start(repo, registrytest.Options{})
+	anon, err := testregistry.Start(repo, testregistry.Options{})
 	if err != nil {
 		return err
 	}
 	defer anon.Stop()
-	auth, err := registrytest.Start(repo, registrytest.Options{Username: "cubby", Password: "s3cret-" + testserver.RandHex(4)})
+	auth, err := testregistry.Start(repo, testregistry.Options{Username: "cubby", Password: "s3cret-" + testserver.RandHex(4)})
 	if err != nil {
 		return err
 	}
@@ -50,7 +50,7 @@ func run() error {
 	ctx := context.Background()
 	cfg := v1.Config{Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "IMAGE_VAR=from-image"}}
 	var refs [2]string
-	for i, r := range []*registrytest.Registry{anon, auth} {
+	for i, r := range []*testregistry.Registry{anon, auth} {
 		if refs[i], err = r.PushTree(ctx, "cubby-test/debian:bookworm", tree, cfg); err != nil {
 			return err
 		}

@@ -1,10 +1,10 @@
-// Package registrytest starts a real OCI registry for tests: the CNCF
+// Package testregistry starts a real OCI registry for tests: the CNCF
 // distribution registry, built from the pinned tools module tools/registry
 // (cached by the content of its go.mod and go.sum under
 // <repo>/.cache/tools) and started on a free loopback port, optionally
 // behind htpasswd authentication. It also pushes test images to it with
 // go-containerregistry.
-package registrytest
+package testregistry
 
 import (
 	"crypto/sha256"

@@ -1,4 +1,4 @@
-package registrytest
+package testregistry
 
 import (
 	"bytes"
