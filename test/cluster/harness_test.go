@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cubby-dev/cubby/internal/store/postgres/pgtest"
 	"github.com/cubby-dev/cubby/internal/testenv/testkube"
+	"github.com/cubby-dev/cubby/internal/testenv/testpostgres"
 	"github.com/cubby-dev/cubby/internal/testenv/testserver"
 )
 
@@ -28,7 +28,7 @@ import (
 var shared struct {
 	mu       sync.Mutex
 	clusters map[testkube.Tier]*testkube.Cluster
-	pg       *pgtest.Server
+	pg       *testpostgres.Server
 }
 
 func TestMain(m *testing.M) {
@@ -48,7 +48,7 @@ func TestMain(m *testing.M) {
 // skip skips t when tier, PostgreSQL or the cubby binary are not available.
 func skip(t testing.TB, tier testkube.Tier) {
 	t.Helper()
-	for _, r := range []string{testkube.SkipReason(tier), pgtest.SkipReason(), testserver.SkipReason()} {
+	for _, r := range []string{testkube.SkipReason(tier), testpostgres.SkipReason(), testserver.SkipReason()} {
 		if r != "" {
 			t.Skip(r)
 		}
@@ -80,11 +80,11 @@ func clusterOf(t testing.TB, tier testkube.Tier) *testkube.Cluster {
 }
 
 // database returns a fresh PostgreSQL database's DSN.
-func database(t testing.TB) (*pgtest.Server, string) {
+func database(t testing.TB) (*testpostgres.Server, string) {
 	t.Helper()
 	shared.mu.Lock()
 	if shared.pg == nil {
-		pg, err := pgtest.Start("")
+		pg, err := testpostgres.Start("")
 		if err != nil {
 			shared.mu.Unlock()
 			t.Fatal(err)

@@ -7,16 +7,16 @@ import (
 	"testing"
 
 	"github.com/cubby-dev/cubby/internal/store/postgres"
-	"github.com/cubby-dev/cubby/internal/store/postgres/pgtest"
 	"github.com/cubby-dev/cubby/internal/store/storetest"
+	"github.com/cubby-dev/cubby/internal/testenv/testpostgres"
 )
 
 // server is the PostgreSQL server of this package's tests; nil when it cannot start here.
-var server *pgtest.Server
+var server *testpostgres.Server
 
 func TestMain(m *testing.M) {
-	if reason := pgtest.SkipReason(); reason == "" {
-		s, err := pgtest.Start("")
+	if reason := testpostgres.SkipReason(); reason == "" {
+		s, err := testpostgres.Start("")
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "postgres:", err)
 			os.Exit(1)
@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 func open(t *testing.T) *postgres.Store {
 	t.Helper()
 	if server == nil {
-		t.Skip(pgtest.SkipReason())
+		t.Skip(testpostgres.SkipReason())
 	}
 	dsn, err := server.CreateDB(context.Background())
 	if err != nil {
@@ -57,7 +57,7 @@ func TestConformance(t *testing.T) {
 // it once (under the advisory lock) and all open.
 func TestConcurrentOpen(t *testing.T) {
 	if server == nil {
-		t.Skip(pgtest.SkipReason())
+		t.Skip(testpostgres.SkipReason())
 	}
 	dsn, err := server.CreateDB(context.Background())
 	if err != nil {

@@ -1,9 +1,9 @@
-// Package pgtest starts a real PostgreSQL server for tests: Debian's server
+// Package testpostgres starts a real PostgreSQL server for tests: Debian's server
 // binaries (the postgresql package), initdb'd into a fresh directory and
 // started as the "postgres" user, listening only on a Unix socket in that
 // directory (no TCP port, so servers of parallel tests never collide). Tests
 // create one database each with CreateDB and stop the server with Stop.
-package pgtest
+package testpostgres
 
 import (
 	"context"
