@@ -11,14 +11,14 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cubby-dev/cubby/internal/network/nettest"
+	"github.com/cubby-dev/cubby/internal/testenv/testnetns"
 )
 
 func TestDialerBindsToInterface(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("SO_BINDTODEVICE needs CAP_NET_RAW on older kernels; run as root")
 	}
-	ln := nettest.ClosingListener(t, "127.0.0.1:0")
+	ln := testnetns.ClosingListener(t, "127.0.0.1:0")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var bound string

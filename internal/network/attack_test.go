@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cubby-dev/cubby/internal/linkdial"
-	"github.com/cubby-dev/cubby/internal/network/nettest"
+	"github.com/cubby-dev/cubby/internal/testenv/testnetns"
 )
 
 // The tests in this file play a sandbox taken over by an attacker who kept
@@ -222,7 +222,7 @@ func TestForgedSourcesDoNotLeave(t *testing.T) {
 	must(t, inNetns(up.path, func() error {
 		return writeSysctls([]sysctl{{Path: "ipv4/conf/all/rp_filter", Value: "0"}, {Path: "ipv4/conf/up0/rp_filter", Value: "0"}}, "")
 	}))
-	sink := nettest.ListenUDP(t, up.path, up.addr)
+	sink := testnetns.ListenUDP(t, up.path, up.addr)
 	fd := rawIPSock(t, a.NetnsPath)
 	public := netip.MustParseAddr("198.51.100.7")
 	sources := map[string]netip.Addr{"own": a.Addr, "neighbour": b.Addr, "gateway": a.Gateway, "public": public}

@@ -21,7 +21,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/cubby-dev/cubby/internal/network/nettest"
+	"github.com/cubby-dev/cubby/internal/testenv/testnetns"
 )
 
 // requireRoot skips tests that create host network resources when not root.
@@ -141,8 +141,8 @@ func newManagerNoSetup(tb testing.TB, cfg Config) *Manager {
 // a Manager standing for a restarted server can claim the bridge.
 func releaseClaim(m *Manager) { m.unlock() }
 
-// inNetns runs fn inside the netns at path (nettest.InNetns).
-func inNetns(path string, fn func() error) error { return nettest.InNetns(path, fn) }
+// inNetns runs fn inside the netns at path (testnetns.InNetns).
+func inNetns(path string, fn func() error) error { return testnetns.InNetns(path, fn) }
 
 // serveEcho listens on addr:0 (inside netns path if non-empty) and echoes one
 // line back per connection, prefixed with the peer address: "<peer> <line>".
@@ -254,7 +254,7 @@ func newUplink(tb testing.TB) uplink {
 	must(tb, err)
 	must(tb, ns.nl.AddrAdd(peer, &netlink.Addr{IPNet: ipnet(u.addr, 30)}))
 	must(tb, ns.nl.LinkSetUp(peer))
-	nettest.WaitUp(tb, hostName)
+	testnetns.WaitUp(tb, hostName)
 	return u
 }
 

@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cubby-dev/cubby/internal/network/nettest"
+	"github.com/cubby-dev/cubby/internal/testenv/testnetns"
 	"github.com/cubby-dev/cubby/sdk"
 )
 
@@ -116,7 +116,7 @@ mknod /dev/xmem c 1 1 && head -c 1 /dev/xmem > /dev/null && echo READ-DEV-MEM`, 
 // listens on as root) nor to the host (a listener on every host address,
 // reached through the bridge gateway or the host's own address).
 func TestEscapeNoTCPToNeighbourOrHost(t *testing.T) {
-	hostPort := nettest.ClosingListener(t, "0.0.0.0:0").Port
+	hostPort := testnetns.ClosingListener(t, "0.0.0.0:0").Port
 	s := startServer(t)
 	a, b := s.create(t, ""), s.create(t, "")
 	asRoot(t, b, "setsid nohup python3 -m http.server 8080 >/dev/null 2>&1 &")

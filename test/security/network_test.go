@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cubby-dev/cubby/internal/network"
-	"github.com/cubby-dev/cubby/internal/network/nettest"
+	"github.com/cubby-dev/cubby/internal/testenv/testnetns"
 	"github.com/cubby-dev/cubby/internal/testenv/testserver"
 	"github.com/cubby-dev/cubby/sdk"
 )
@@ -346,7 +346,7 @@ print(json.dumps({"legit": errno(lambda: socket.socket(socket.AF_INET, socket.SO
 // reached from the host over a veth in a free /24 (host end .1, its end .2),
 // with reverse-path filtering off so it takes any source, and a UDP sink.
 type internet struct {
-	*nettest.UDPSink
+	*testnetns.UDPSink
 	host netip.Addr // the host's address towards it: masqueraded sources show it
 }
 
@@ -372,6 +372,6 @@ func newInternet(t *testing.T) *internet {
 			t.Fatalf("ip %v: %v: %s", args, err, out)
 		}
 	}
-	nettest.WaitUp(t, name)
-	return &internet{UDPSink: nettest.ListenUDP(t, filepath.Join(network.DefaultNetnsDir, name), far), host: host}
+	testnetns.WaitUp(t, name)
+	return &internet{UDPSink: testnetns.ListenUDP(t, filepath.Join(network.DefaultNetnsDir, name), far), host: host}
 }

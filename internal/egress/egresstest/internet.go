@@ -17,7 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
-	"github.com/cubby-dev/cubby/internal/network/nettest"
+	"github.com/cubby-dev/cubby/internal/testenv/testnetns"
 )
 
 // Host names of the test internet and the last byte of their addresses.
@@ -204,7 +204,7 @@ func (n *Internet) serve(at func(byte) netip.Addr) error {
 	n.Resolve = &DNSServer{Names: n.Names}
 	n.Proxy = &SOCKS5{User: "cubby", Password: "socks-pw", Dial: n.socksDial}
 	path := filepath.Join("/run/netns", n.Name)
-	return nettest.InNetns(path, func() error {
+	return testnetns.InNetns(path, func() error {
 		for _, b := range []byte{2, 3, 4, 5, 7} {
 			h := &Echo{Name: at(b).String()}
 			if b == 4 {

@@ -1,8 +1,8 @@
-// Package nettest helps tests that play the hosts around sandbox networks: it
+// Package testnetns helps tests that play the hosts around sandbox networks: it
 // runs code inside a named network namespace and keeps a UDP sink there that
 // records what arrives and from which source address (a stand-in for a host
 // on the internet, to see what leaves the host and under which address).
-package nettest
+package testnetns
 
 import (
 	"fmt"
