@@ -1,5 +1,5 @@
 // Package egress benchmarks requests from inside a real sandbox to a test
-// internet (egresstest.Internet) straight through the host (no policy) and
+// internet (testinternet.Internet) straight through the host (no policy) and
 // through the egress proxy (a domain allowlist), in the same run against the
 // same server:
 //
@@ -22,7 +22,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cubby-dev/cubby/internal/egress/egresstest"
+	"github.com/cubby-dev/cubby/internal/testenv/testinternet"
 	"github.com/cubby-dev/cubby/internal/testenv/testserver"
 	"github.com/cubby-dev/cubby/sdk"
 )
@@ -65,7 +65,7 @@ const downloadBytes = 32 << 20
 // policy, one allowed allowed.test and echo.test only (echo.test with a
 // header rule, so its HTTPS is terminated).
 type bench struct {
-	inet            *egresstest.Internet
+	inet            *testinternet.Internet
 	direct, proxied *sdk.Sandbox
 }
 
@@ -73,7 +73,7 @@ func setup(b *testing.B) *bench {
 	if reason := testserver.SkipReason(); reason != "" {
 		b.Skip(reason)
 	}
-	inet, err := egresstest.NewInternet(b.TempDir())
+	inet, err := testinternet.NewInternet(b.TempDir())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func run(b *testing.B, sbx *sdk.Sandbox, mode, scheme, host, path string, n int)
 }
 
 // benchInet is the internet of the running benchmark (run needs its names).
-var benchInet *egresstest.Internet
+var benchInet *testinternet.Internet
 
 // path is one way of making a request: a sandbox and the host it asks for.
 type path struct {

@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cubby-dev/cubby/internal/egress/egresstest"
+	"github.com/cubby-dev/cubby/internal/testenv/testinternet"
 	"github.com/cubby-dev/cubby/sdk"
 )
 
-// The egress tests stand up their own "internet" (egresstest.Internet: a netns
+// The egress tests stand up their own "internet" (testinternet.Internet: a netns
 // the host routes to, with HTTP/HTTPS echo servers, a raw TCP echo, DNS and a
 // SOCKS5 proxy) and point the server's egress proxy at its DNS server and test
 // CA through serve's environment (CUBBY_EGRESS_RESOLVER,
@@ -28,13 +28,13 @@ const sandboxCA = "/tmp/test-internet-ca.pem"
 // egressEnv is a server with a test internet.
 type egressEnv struct {
 	*server
-	inet *egresstest.Internet
+	inet *testinternet.Internet
 }
 
 // startEgress creates a test internet and a server using it.
 func startEgress(t *testing.T, args ...string) *egressEnv {
 	t.Helper()
-	inet, err := egresstest.NewInternet(t.TempDir())
+	inet, err := testinternet.NewInternet(t.TempDir())
 	if err != nil {
 		t.Fatalf("test internet: %v", err)
 	}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cubby-dev/cubby/internal/egress/egresstest"
+	"github.com/cubby-dev/cubby/internal/testenv/testinternet"
 	"github.com/cubby-dev/cubby/sdk"
 )
 
@@ -46,7 +46,7 @@ func checkAllowlist(t *testing.T, e *egressEnv, sbx *sdk.Sandbox) {
 	refusedFast(t, "denied.test forced to its address", curl(t, sbx, "--resolve denied.test:443:"+denied+" https://denied.test/"))
 	refusedFast(t, "IP literal over HTTP", curl(t, sbx, "http://"+denied+"/"))
 	refusedFast(t, "IP literal over TLS", curl(t, sbx, "-k https://"+denied+"/"))
-	refusedFast(t, "raw TCP to the allowed host", curl(t, sbx, fmt.Sprintf("telnet://%s:%d", allowed, egresstest.RawPort)))
+	refusedFast(t, "raw TCP to the allowed host", curl(t, sbx, fmt.Sprintf("telnet://%s:%d", allowed, testinternet.RawPort)))
 	refusedFast(t, "Host header of a denied name", curl(t, sbx, "-H 'Host: denied.test' http://allowed.test/"))
 	refusedFast(t, "denied SNI at the allowed address", curl(t, sbx, "--resolve denied.test:443:"+allowed+" https://denied.test/"))
 	// DNS answers are not trusted: the allowed name at another address still
@@ -65,7 +65,7 @@ func checkAllowlist(t *testing.T, e *egressEnv, sbx *sdk.Sandbox) {
 	if !e.logHas(t, sbx.ID(), "egress denied", "denied.test") || !e.logHas(t, sbx.ID(), "egress allowed", "allowOut[0] allowed.test") {
 		t.Error("the sandbox's logs lack its egress decisions")
 	}
-	if !e.logHas(t, sbx.ID(), "egress denied", fmt.Sprintf("%s:%d", allowed, egresstest.RawPort), "denyOut[0] 0.0.0.0/0") {
+	if !e.logHas(t, sbx.ID(), "egress denied", fmt.Sprintf("%s:%d", allowed, testinternet.RawPort), "denyOut[0] 0.0.0.0/0") {
 		_, logs := e.api(t, "GET", "/sandboxes/"+sbx.ID()+"/logs", "")
 		t.Errorf("the raw TCP attempt (refused by nftables) is not in the sandbox's logs: %s", logs)
 	}
@@ -352,13 +352,13 @@ func TestEgressUpstreamSOCKS5(t *testing.T) {
 	if r := curl(t, sbx, "https://allowed.test/"); r.Status != "200" {
 		t.Fatalf("through SOCKS5: %+v", r)
 	}
-	raw := asRoot(t, sbx, fmt.Sprintf("exec 3<>/dev/tcp/%s/%d && head -1 <&3", other, egresstest.RawPort))
+	raw := asRoot(t, sbx, fmt.Sprintf("exec 3<>/dev/tcp/%s/%d && head -1 <&3", other, testinternet.RawPort))
 	if !strings.Contains(raw.Out, "raw "+other) {
 		t.Fatalf("raw TCP through SOCKS5: %q", raw.Out)
 	}
 	refusedFast(t, "denied.test", curl(t, sbx, "https://denied.test/"))
 	targets := e.inet.Proxy.Targets()
-	if !slices.Contains(targets, "allowed.test:443") || !slices.Contains(targets, fmt.Sprintf("%s:%d", other, egresstest.RawPort)) ||
+	if !slices.Contains(targets, "allowed.test:443") || !slices.Contains(targets, fmt.Sprintf("%s:%d", other, testinternet.RawPort)) ||
 		slices.ContainsFunc(targets, func(s string) bool { return strings.Contains(s, "denied") }) {
 		t.Fatalf("SOCKS5 saw %v", targets)
 	}

@@ -21,8 +21,8 @@ import (
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/egress/ca"
-	"github.com/cubby-dev/cubby/internal/egress/egresstest"
 	"github.com/cubby-dev/cubby/internal/egress/policy"
+	"github.com/cubby-dev/cubby/internal/testenv/testinternet"
 )
 
 // Addresses of the test world: each "internet" address has an HTTP server on
@@ -41,7 +41,7 @@ type world struct {
 	t       *testing.T
 	p       *Proxy
 	proxyLn net.Listener
-	echo    *egresstest.Echo
+	echo    *testinternet.Echo
 	egress  *ca.Authority
 	routes  map[netip.AddrPort]string // fake address -> real loopback address
 	secrets map[string]string
@@ -53,9 +53,9 @@ type world struct {
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	w := &world{t: t, echo: &egresstest.Echo{}, routes: map[netip.AddrPort]string{}, orig: map[string]netip.AddrPort{},
+	w := &world{t: t, echo: &testinternet.Echo{}, routes: map[netip.AddrPort]string{}, orig: map[string]netip.AddrPort{},
 		secrets: map[string]string{"key": "sk-test-1234567890"}}
-	testCA, err := egresstest.NewCA()
+	testCA, err := testinternet.NewCA()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func newWorld(t *testing.T) *world {
 		t.Fatal(err)
 	}
 	for _, ip := range []netip.Addr{allowedIP, deniedIP, echoIP, attackerIP} {
-		h := &egresstest.Echo{Name: ip.String()}
+		h := &testinternet.Echo{Name: ip.String()}
 		if ip == echoIP {
 			h = w.echo
 			h.Name = ip.String()
@@ -387,7 +387,7 @@ func TestBoundaryAndUnknownSandbox(t *testing.T) {
 
 func TestSOCKS5Upstream(t *testing.T) {
 	w := newWorld(t)
-	s := &egresstest.SOCKS5{User: "u", Password: "p", Dial: func(network, address string) (net.Conn, error) {
+	s := &testinternet.SOCKS5{User: "u", Password: "p", Dial: func(network, address string) (net.Conn, error) {
 		host, port, _ := net.SplitHostPort(address)
 		if a, err := w.LookupNetIP(context.Background(), "ip4", host); err == nil {
 			address = net.JoinHostPort(a[0].String(), port)
@@ -420,7 +420,7 @@ func TestSOCKS5Upstream(t *testing.T) {
 
 func TestDNSFilter(t *testing.T) {
 	w := newWorld(t)
-	up := &egresstest.DNSServer{Names: egresstest.Names{"allowed.test": allowedIP, "denied.test": deniedIP}}
+	up := &testinternet.DNSServer{Names: testinternet.Names{"allowed.test": allowedIP, "denied.test": deniedIP}}
 	upPC, err := net.ListenPacket("udp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -1,5 +1,5 @@
 // Command internet runs the egress tests' stand-in for the internet (package
-// egresstest) until it gets SIGINT or SIGTERM, for the SDK compatibility
+// testinternet) until it gets SIGINT or SIGTERM, for the SDK compatibility
 // suites (test/compat/run.sh): it prints one JSON line with where things are,
 // then serves.
 //
@@ -18,13 +18,13 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/cubby-dev/cubby/internal/egress/egresstest"
+	"github.com/cubby-dev/cubby/internal/testenv/testinternet"
 )
 
 func main() {
 	dir := flag.String("dir", os.TempDir(), "directory for the test CA certificate")
 	flag.Parse()
-	n, err := egresstest.NewInternet(*dir)
+	n, err := testinternet.NewInternet(*dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "internet:", err)
 		os.Exit(1)

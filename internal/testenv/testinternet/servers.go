@@ -1,9 +1,9 @@
-// Package egresstest provides the stand-ins for "the internet" that egress
+// Package testinternet provides the stand-ins for "the internet" that egress
 // tests talk to: a test CA and server certificates, an echo server that
 // answers with the request headers it got (and remembers them), a streaming
 // endpoint, an authoritative DNS server for test names and a SOCKS5 proxy.
-// Internet (netns.go) puts them in a network namespace of their own.
-package egresstest
+// Internet (internet.go) puts them in a network namespace of their own.
+package testinternet
 
 import (
 	"crypto/ecdsa"

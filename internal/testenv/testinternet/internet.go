@@ -1,4 +1,4 @@
-package egresstest
+package testinternet
 
 import (
 	"crypto/rand"
