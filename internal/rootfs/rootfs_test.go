@@ -19,7 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cubby-dev/cubby/internal/rootfs/mountinfo"
-	"github.com/cubby-dev/cubby/internal/rootfs/testtree"
+	"github.com/cubby-dev/cubby/internal/testenv/testrootfs"
 )
 
 func needRoot(tb testing.TB) {
@@ -47,7 +47,7 @@ func fixture(tb testing.TB) (*Manager, string, string) {
 	needRoot(tb)
 	base := tb.TempDir()
 	lower := filepath.Join(base, "lower")
-	if err := testtree.Busybox(lower); err != nil {
+	if err := testrootfs.Busybox(lower); err != nil {
 		tb.Fatal(err)
 	}
 	m := New(filepath.Join(base, "cache"), nil)

@@ -29,9 +29,9 @@ import (
 
 	"github.com/cubby-dev/cubby/internal/rootfs"
 	"github.com/cubby-dev/cubby/internal/rootfs/mountinfo"
-	"github.com/cubby-dev/cubby/internal/rootfs/testtree"
 	"github.com/cubby-dev/cubby/internal/runtime"
 	"github.com/cubby-dev/cubby/internal/runtime/oci"
+	"github.com/cubby-dev/cubby/internal/testenv/testrootfs"
 )
 
 // tools caches Tool's result per binary name for the test binary's life.
@@ -118,7 +118,7 @@ func NewEnv[R runtime.Runtime](tb testing.TB, newRT func(tb testing.TB, stateRoo
 	base := tb.TempDir()
 	e := &Env[R]{Lower: filepath.Join(base, "lower"), Base: base, State: filepath.Join(base, "state")}
 	e.RT = newRT(tb, e.State)
-	if err := testtree.Busybox(e.Lower); err != nil {
+	if err := testrootfs.Busybox(e.Lower); err != nil {
 		tb.Fatal(err)
 	}
 	e.FS = rootfs.New(filepath.Join(base, "cache"), nil)

@@ -1,6 +1,6 @@
-// Package testtree builds tiny root filesystem trees for tests: a static busybox
-// with a symlink per applet, the "tiny" tree of the isolation research notes (§1).
-package testtree
+// Package testrootfs builds tiny root filesystem trees for tests: a static
+// busybox with a symlink per applet.
+package testrootfs
 
 import (
 	"bufio"
