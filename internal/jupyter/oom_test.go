@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cubby-dev/cubby/internal/cgroups/cgrouptest"
 	"github.com/cubby-dev/cubby/internal/interpreter/memcg"
+	"github.com/cubby-dev/cubby/internal/testenv/testcgroup"
 )
 
 // cgroupLauncher execs the kernel inside a v1 memory cgroup: sh writes itself
@@ -25,7 +25,7 @@ func (l cgroupLauncher) Launch(_ context.Context, req LaunchRequest) (Process, e
 // runs on a fresh kernel. A plain SIGKILL stays a plain kernel death.
 func TestOOMKillReported(t *testing.T) {
 	const limit = 96 << 20
-	dir := cgrouptest.NewV1Memory(t, "oom", limit)
+	dir := testcgroup.NewV1Memory(t, "oom", limit)
 	cg, err := memcg.Open(dir)
 	if err != nil {
 		t.Fatal(err)

@@ -6,12 +6,12 @@ import (
 	"os/exec"
 	"testing"
 
-	"github.com/cubby-dev/cubby/internal/cgroups/cgrouptest"
 	"github.com/cubby-dev/cubby/internal/rootfs/mountinfo"
+	"github.com/cubby-dev/cubby/internal/testenv/testcgroup"
 )
 
 func TestOfFindsProcessCgroup(t *testing.T) {
-	dir := cgrouptest.NewV1Memory(t, "memcg", 32<<20)
+	dir := testcgroup.NewV1Memory(t, "memcg", 32<<20)
 	cmd := exec.Command("sh", "-c", `echo $$ > "$1/cgroup.procs" && echo moved && exec sleep 60`, "sh", dir)
 	r, w, _ := os.Pipe()
 	cmd.Stdout = w

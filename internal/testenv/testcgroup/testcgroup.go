@@ -1,6 +1,6 @@
-// Package cgrouptest creates throwaway cgroups for tests that need a real
+// Package testcgroup creates throwaway cgroups for tests that need a real
 // memory limit (root and a cgroup v1 memory hierarchy; skipped otherwise).
-package cgrouptest
+package testcgroup
 
 import (
 	"crypto/rand"
