@@ -26,6 +26,7 @@ import (
 
 	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/backend"
+	"github.com/cubby-dev/cubby/internal/egress/policy"
 	"github.com/cubby-dev/cubby/internal/meminfo"
 	"github.com/cubby-dev/cubby/internal/telemetry"
 )
@@ -36,9 +37,30 @@ type Target struct {
 	Size     int
 }
 
+// Backend is what a Pool needs of the backend that runs its sandboxes: boot,
+// measure and kill warm sandboxes, and configure one for the create request
+// that claims it. backend.Backend satisfies it; each method has the contract
+// (and the errors) of the backend.Backend method of the same name.
+type Backend interface {
+	// Create boots a warm sandbox; on error nothing is left behind.
+	Create(ctx context.Context, req backend.CreateRequest) (backend.Instance, error)
+	// Kill stops a warm sandbox and frees what it held; unknown IDs return nil.
+	Kill(ctx context.Context, id string) error
+	// Stats samples a sandbox's resource use (the pool reads MemUsed, bytes).
+	Stats(ctx context.Context, id string) (backend.Stats, error)
+	// Reinit sends the claiming request's init (env vars, access token) to
+	// the sandbox's agent.
+	Reinit(ctx context.Context, id string, init agentapi.InitRequest) error
+	// SetInternetAccess blocks (allowed = false) traffic from the sandbox to
+	// anything outside the host.
+	SetInternetAccess(ctx context.Context, id string, allowed bool) error
+	// SetEgress applies the claiming request's egress policy.
+	SetEgress(ctx context.Context, id string, p *policy.Policy) error
+}
+
 // Config configures a Pool. Backend, Resolve and NewID are required.
 type Config struct {
-	Backend backend.Backend
+	Backend Backend
 	Targets []Target
 	// Resolve returns the create request a pooled sandbox of template is booted
 	// with (SandboxID is set by the pool; Init carries the sandbox defaults and
