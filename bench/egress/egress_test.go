@@ -87,11 +87,7 @@ func setup(b *testing.B) *bench {
 		b.Fatal(err)
 	}
 	mk := func(n *sdk.NetworkOptions) *sdk.Sandbox {
-		sbx, err := sdk.Create(ctx, &sdk.CreateOptions{ConnectionOptions: conn, Template: "base", Network: n, Timeout: time.Hour})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = sbx.Kill(context.Background()) })
+		sbx := s.Create(b, &sdk.CreateOptions{ConnectionOptions: conn, Template: "base", Network: n, Timeout: time.Hour})
 		for path, data := range map[string][]byte{"/tmp/test-internet-ca.pem": inet.CA.PEM, "/tmp/client.py": []byte(client)} {
 			if _, err := sbx.Files.Write(ctx, path, data, nil); err != nil {
 				b.Fatal(err)

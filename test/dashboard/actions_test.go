@@ -28,7 +28,7 @@ func TestActions(t *testing.T) {
 		return get(t, c, resp.Header.Get("Location"))
 	}
 	state := func(id string) sdk.SandboxState {
-		info, err := sdk.GetInfo(context.Background(), id, new(conn()))
+		info, err := sdk.GetInfo(context.Background(), id, new(srv.Conn()))
 		if err != nil {
 			return ""
 		}
@@ -49,7 +49,7 @@ func TestActions(t *testing.T) {
 		t.Fatalf("bulk kill: page does not say so")
 	}
 	for _, id := range []string{a.ID(), b.ID()} {
-		if _, err := sdk.GetInfo(context.Background(), id, new(conn())); !errors.Is(err, sdk.ErrNotFound) {
+		if _, err := sdk.GetInfo(context.Background(), id, new(srv.Conn())); !errors.Is(err, sdk.ErrNotFound) {
 			t.Fatalf("%s after the bulk kill: %v", id, err)
 		}
 	}

@@ -76,7 +76,7 @@ func TestDashboard(t *testing.T) {
 	if !strings.Contains(msg, "Killed sandbox "+id) {
 		t.Fatalf("flash after kill: %q", msg)
 	}
-	if _, err := sdk.GetInfo(context.Background(), id, new(conn())); !errors.Is(err, sdk.ErrNotFound) {
+	if _, err := sdk.GetInfo(context.Background(), id, new(srv.Conn())); !errors.Is(err, sdk.ErrNotFound) {
 		t.Fatalf("after the kill from the table, GetInfo = %v", err)
 	}
 }

@@ -32,24 +32,11 @@ func TestMain(m *testing.M) {
 	os.Exit(testserver.Main(m, testserver.Options{BridgePrefix: "cbdash"}, &srv))
 }
 
-// conn returns SDK options for the server with its key.
-func conn() sdk.ConnectionOptions { return srv.Conn() }
-
-// create makes a sandbox through the SDK and kills it when the test ends.
+// create makes a sandbox of template with metadata md through the SDK (a
+// 10-minute sandbox timeout) and kills it when the test ends.
 func create(t testing.TB, template string, md map[string]string) *sdk.Sandbox {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	sb, err := sdk.Create(ctx, &sdk.CreateOptions{ConnectionOptions: conn(), Template: template, Metadata: md, Timeout: 10 * time.Minute})
-	if err != nil {
-		t.Fatalf("create: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = sb.Kill(ctx)
-	})
-	return sb
+	return srv.Create(t, &sdk.CreateOptions{Template: template, Metadata: md, Timeout: 10 * time.Minute})
 }
 
 // browser starts a headless Chromium with a fresh profile for the test.

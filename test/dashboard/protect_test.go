@@ -155,7 +155,7 @@ func TestTerminalSandboxDies(t *testing.T) {
 			out.Write(b)
 		}
 	}
-	if err := sdk.Kill(ctx, sb.ID(), new(conn())); err != nil {
+	if err := sdk.Kill(ctx, sb.ID(), new(srv.Conn())); err != nil {
 		t.Fatal(err)
 	}
 	var exit string
@@ -211,10 +211,7 @@ func csrfOf(t testing.TB, c *http.Client) (string, string) {
 // shows nor touches the default team's sandbox.
 func TestOtherTeam(t *testing.T) {
 	sb := create(t, "base", nil)
-	key, err := srv.TeamKey("dash-other")
-	if err != nil {
-		t.Fatal(err)
-	}
+	key := srv.TeamKey(t, "dash-other")
 	c, token := httpLogin(t, key)
 	resp := must(c.Get(srv.URL("/dashboard/sandboxes/" + sb.ID())))
 	if read(resp); resp.StatusCode != http.StatusNotFound {

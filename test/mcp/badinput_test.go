@@ -62,7 +62,7 @@ func TestKilledMidCall(t *testing.T) {
 			call(t, cs, "run_code", map[string]any{"code": "z = 1"}, &c)
 			go func() {
 				time.Sleep(2 * time.Second)
-				_ = sdk.Kill(context.Background(), c.Sandbox, new(conn()))
+				_ = sdk.Kill(context.Background(), c.Sandbox, new(srv.Conn()))
 			}()
 			start := time.Now()
 			res := callRaw(t, context.Background(), cs, "run_code", map[string]any{"code": "import time\ntime.sleep(120)"})
@@ -117,7 +117,7 @@ func TestHTTPAuth(t *testing.T) {
 		t.Fatalf("initialize: %d %q %s", resp.StatusCode, session, body)
 	}
 	list := `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`
-	if resp, body := post(teamKey(t, ""), session, list); resp.StatusCode != 403 {
+	if resp, body := post(srv.TeamKey(t, ""), session, list); resp.StatusCode != 403 {
 		t.Fatalf("another key on the session: %d %s", resp.StatusCode, body)
 	}
 	if resp, body := post(srv.Key, session, list); resp.StatusCode != 200 || !strings.Contains(body, "run_code") {
@@ -136,7 +136,7 @@ func checkOtherTeam(t *testing.T) {
 	mine, _ := connect(t, "http", srv.Key)
 	var c cell
 	call(t, mine, "run_code", map[string]any{"code": "1 + 1"}, &c)
-	other, _ := connect(t, "http", teamKey(t, "other-team"))
+	other, _ := connect(t, "http", srv.TeamKey(t, "other-team"))
 	for _, tool := range []string{"sandbox_info", "sandbox_kill", "run_code"} {
 		args := map[string]any{"sandbox": c.Sandbox}
 		if tool == "run_code" {

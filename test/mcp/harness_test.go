@@ -29,9 +29,6 @@ func TestMain(m *testing.M) {
 	os.Exit(testserver.Main(m, testserver.Options{BridgePrefix: "cbmcp"}, &srv))
 }
 
-// conn returns SDK options for the server with its key.
-func conn() sdk.ConnectionOptions { return srv.Conn() }
-
 // transports are the two ways a client reaches the tools.
 var transports = []string{"stdio", "http"}
 
@@ -157,7 +154,7 @@ func text(res *mcp.CallToolResult) string {
 // it is gone).
 func sandboxState(t *testing.T, id string) string {
 	t.Helper()
-	info, err := sdk.GetInfo(context.Background(), id, new(conn()))
+	info, err := sdk.GetInfo(context.Background(), id, new(srv.Conn()))
 	if err != nil {
 		return ""
 	}
@@ -175,14 +172,4 @@ func waitGone(t *testing.T, id string, within time.Duration) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Fatalf("sandbox %s still exists %s later", id, within)
-}
-
-// teamKey creates a key of team through the server's CLI.
-func teamKey(t *testing.T, team string) string {
-	t.Helper()
-	key, err := srv.TeamKey(team)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return key
 }

@@ -126,7 +126,7 @@ func checkGetURL(t *testing.T, cs *mcp.ClientSession, id string) {
 func waitKilled(id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_ = sdk.Kill(ctx, id, new(conn()))
+	_ = sdk.Kill(ctx, id, new(srv.Conn()))
 }
 
 // localhostClient resolves every name under .localhost to the loopback

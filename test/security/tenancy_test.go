@@ -16,15 +16,10 @@ import (
 )
 
 // teamKey creates an API key of team ("" = without --team) with the real
-// `cubby keys create` in the running server's data directory (the server reads
-// keys on every request, so no restart) and returns it.
+// `cubby keys create` (testserver.Server.TeamKey) and returns it.
 func (s *server) teamKey(t *testing.T, team string) string {
 	t.Helper()
-	key, err := s.TeamKey(team)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return key
+	return s.TeamKey(t, team)
 }
 
 // e2bError is E2B's control-plane error body.

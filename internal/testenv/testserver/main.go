@@ -7,9 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"testing"
-	"time"
-
-	"github.com/cubby-dev/cubby/sdk"
 )
 
 // Main runs a test package against one server started with opts: it stores
@@ -38,18 +35,12 @@ func Main(m *testing.M, opts Options, srv **Server) int {
 	return code
 }
 
-// Conn returns Go SDK connection options for the server: its address as the
-// API and sandbox URL, its key, and a two-minute request timeout.
-func (s *Server) Conn() sdk.ConnectionOptions {
-	u := "http://" + s.Addr
-	return sdk.ConnectionOptions{APIKey: s.Key, APIURL: u, SandboxURL: u, RequestTimeout: 2 * time.Minute}
-}
-
 // TeamKey creates an API key of team ("" = the default team) with the real
 // `cubby keys create` in the server's data directory (the server reads keys
-// on every request, so no restart) and returns it. Errors: the command fails
-// or prints something else than the key of that team.
-func (s *Server) TeamKey(team string) (string, error) {
+// on every request, so no restart) and returns it. It fails t when the
+// command fails or prints something else than the key of that team.
+func (s *Server) TeamKey(t testing.TB, team string) string {
+	t.Helper()
 	args := []string{"keys", "create", "--name", "test", "--json", "--data-dir", s.DataDir}
 	if team != "" {
 		args = append(args, "--team", team)
@@ -58,16 +49,16 @@ func (s *Server) TeamKey(team string) (string, error) {
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
-			return "", fmt.Errorf("cubby keys create --team %s: %w\n%s", team, err, ee.Stderr)
+			t.Fatalf("cubby keys create --team %s: %v\n%s", team, err, ee.Stderr)
 		}
-		return "", fmt.Errorf("cubby keys create --team %s: %w", team, err)
+		t.Fatalf("cubby keys create --team %s: %v", team, err)
 	}
 	var k struct {
 		Key  string `json:"key"`
 		Team string `json:"team"`
 	}
 	if err := json.Unmarshal(out, &k); err != nil || k.Key == "" || (team != "" && k.Team != team) {
-		return "", fmt.Errorf("cubby keys create --team %s printed %s (%v)", team, out, err)
+		t.Fatalf("cubby keys create --team %s printed %s (%v)", team, out, err)
 	}
-	return k.Key, nil
+	return k.Key
 }
