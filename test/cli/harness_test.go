@@ -25,49 +25,19 @@ type server struct {
 	*testserver.Server
 }
 
-// srv is the shared server; nil when the tests skip (skipReason says why).
-var (
-	srv        *server
-	skipReason string
-)
+// srv is the shared server (started by TestMain).
+var srv *testserver.Server
 
 func TestMain(m *testing.M) {
-	os.Exit(runTests(m))
-}
-
-func runTests(m *testing.M) int {
-	if skipReason = testserver.SkipReason(); skipReason != "" {
-		return m.Run()
-	}
-	ts, err := testserver.Launch(testserver.Options{BridgePrefix: "cbct", Args: []string{"--domain", "cubby.test"}})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "test/cli setup:", err)
-		return 1
-	}
-	srv = &server{Server: ts}
-	code := m.Run()
-	srv.stop(code != 0)
-	return code
+	os.Exit(testserver.Main(m, testserver.Options{BridgePrefix: "cbct", Args: []string{"--domain", "cubby.test"}}, &srv))
 }
 
 func randHex(n int) string { return testserver.RandHex(n) }
 
-// stop stops the server (killing its sandboxes) and removes its bridge,
-// nftables table and data directory; showLog prints its log tail first.
-func (s *server) stop(showLog bool) {
-	if showLog {
-		fmt.Fprintf(os.Stderr, "--- cubby serve log (tail) ---\n%s\n", s.Log())
-	}
-	s.Stop()
-}
-
-// need returns the shared server or skips the test.
+// need returns the shared server.
 func need(t *testing.T) *server {
 	t.Helper()
-	if srv == nil {
-		t.Skip(skipReason)
-	}
-	return srv
+	return &server{Server: srv}
 }
 
 // runOpts tune one CLI run.

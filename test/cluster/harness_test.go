@@ -6,11 +6,9 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -183,21 +181,11 @@ func (f *fleet) add(name string) *testkube.Replica {
 // the status and decoded JSON body (into out when non-nil).
 func (f *fleet) call(r *testkube.Replica, method, path string, body, out any) int {
 	f.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequest(method, r.URL(path), rd)
-	req.Header.Set("X-API-KEY", f.key)
-	req.Header.Set("Content-Type", "application/json")
 	client := &http.Client{Timeout: 5 * time.Minute}
-	resp, err := client.Do(req)
+	resp, data, err := testserver.CallURL(context.Background(), client, f.key, method, r.URL(path), body)
 	if err != nil {
 		f.t.Fatalf("%s %s on %s: %v", method, path, r.Name, err)
 	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
 	if out != nil && len(data) > 0 {
 		_ = json.Unmarshal(data, out)
 	}

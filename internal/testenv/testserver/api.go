@@ -31,33 +31,41 @@ func (s *Server) API(ctx context.Context, method, path string, body, out any) (i
 }
 
 // Call is API with key in X-API-KEY ("" sends none); it returns the response
-// (its body already read and closed) and the body. Errors: the request fails
-// or its body cannot be read.
+// (its body already read and closed) and the body. Errors: as CallURL.
 func (s *Server) Call(ctx context.Context, key, method, path string, body any) (*http.Response, []byte, error) {
+	return CallURL(ctx, s.client, key, method, s.URL(path), body)
+}
+
+// CallURL sends an E2B REST API request through client to url (any server or
+// replica) with key in X-API-KEY ("" sends none) and body, if non-nil, as
+// JSON; it returns the response (its body already read and closed) and the
+// body. Errors: body does not encode, the request fails or its body cannot
+// be read.
+func CallURL(ctx context.Context, client *http.Client, key, method, url string, body any) (*http.Response, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s %s: encode body: %w", method, path, err)
+			return nil, nil, fmt.Errorf("%s %s: encode body: %w", method, url, err)
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, s.URL(path), rd)
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s %s: %w", method, path, err)
+		return nil, nil, fmt.Errorf("%s %s: %w", method, url, err)
 	}
 	if key != "" {
 		req.Header.Set("X-API-KEY", key)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := s.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s %s: %w", method, path, err)
+		return nil, nil, fmt.Errorf("%s %s: %w", method, url, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s %s: read body: %w", method, path, err)
+		return nil, nil, fmt.Errorf("%s %s: read body: %w", method, url, err)
 	}
 	return resp, data, nil
 }
