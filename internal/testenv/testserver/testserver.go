@@ -6,6 +6,11 @@
 // route uses, so several servers can run on one machine at once. The templates
 // directory is shared (CUBBY_TEMPLATES_DIR, default <repo>/.cache/templates) so
 // the base template is built once per machine.
+//
+// It also holds what the end-to-end suites under test/ do with a server
+// alike: REST calls (API, Call, CallURL), keys of other teams (TeamKey),
+// template builds, and the Go SDK helpers (Conn, ConnAs, Create, RunAs,
+// AsRoot); what only one suite does stays in its harness_test.go.
 package testserver
 
 import (
