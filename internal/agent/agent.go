@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/cubby-dev/cubby/internal/agent/files"
 	"github.com/cubby-dev/cubby/internal/agent/filesystem"
 	"github.com/cubby-dev/cubby/internal/agent/process"
@@ -174,6 +176,9 @@ func (a *Agent) handleInit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.settings.Apply(req)
+	if err := setHostname(req.Hostname); err != nil {
+		a.cfg.Log.Warn("cannot set the hostname", "hostname", req.Hostname, "err", err)
+	}
 	if err := egressTrust(req.EgressCA); err != nil {
 		a.cfg.Log.Warn("egress CA: HTTPS to hosts with network rules will not verify", "err", err)
 	}
@@ -189,6 +194,16 @@ func (a *Agent) handleInit(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// setHostname makes name the sandbox's hostname unless it is empty or
+// already the hostname (a sandbox restored from another's memory image still
+// has the other's).
+func setHostname(name string) error {
+	if cur, err := os.Hostname(); name == "" || err == nil && cur == name {
+		return nil
+	}
+	return unix.Sethostname([]byte(name))
 }
 
 // egressTrust installs the egress CA into the sandbox's trust stores, or

@@ -60,6 +60,10 @@ type InitRequest struct {
 	// Timestamp is the host's wall clock when it sent the request; the agent uses
 	// it only for logging clock skew.
 	Timestamp time.Time `json:"timestamp,omitzero"`
+	// Hostname, when set and different from the sandbox's, becomes its
+	// hostname (sethostname(2)): a sandbox restored from another's memory
+	// image takes its own name.
+	Hostname string `json:"hostname,omitempty"`
 	// EgressCA is the PEM certificate of the server's egress CA, set when the
 	// sandbox's network rules rewrite HTTPS requests (the egress proxy then
 	// terminates their TLS): the agent adds it to the system trust store, the

@@ -123,8 +123,19 @@ func (m *Manager) ReleaseLayer(ctx context.Context, l Layer) error {
 // as the sandbox sees them; whatever the sandbox made of them, symlinks are
 // not followed out of the copy). It returns how long the filesystem was
 // frozen. On error dst is removed and the disk is thawed: the sandbox goes on
-// as before.
+// as before. It is CopyFrozen followed by Finish.
 func (m *Manager) Capture(ctx context.Context, d Disk, dst string, drop []string) (time.Duration, error) {
+	frozen, err := m.CopyFrozen(ctx, d, dst)
+	if err != nil {
+		return frozen, err
+	}
+	return frozen, m.Finish(ctx, dst, drop)
+}
+
+// CopyFrozen is the first half of Capture: the copy of d's disk to the new
+// file dst with its filesystem frozen, and how long it was. On error dst is
+// removed and the disk is thawed.
+func (m *Manager) CopyFrozen(ctx context.Context, d Disk, dst string) (time.Duration, error) {
 	d, err := d.canonical()
 	if err != nil {
 		return 0, fmt.Errorf("capture disk: %w", err)
@@ -146,17 +157,26 @@ func (m *Manager) Capture(ctx context.Context, d Disk, dst string, drop []string
 		err = fmt.Errorf("thaw: %w", terr)
 	}
 	frozen := time.Since(start)
-	if err == nil {
-		err = m.check(ctx, dst)
-	}
-	if err == nil && len(drop) > 0 {
-		err = scrub(dst, drop)
-	}
 	if err != nil {
 		os.Remove(dst)
 		return frozen, fmt.Errorf("capture disk %s: %w", d.Dir, err)
 	}
 	return frozen, nil
+}
+
+// Finish is the second half of Capture, on the copy dst CopyFrozen made
+// (the sandbox no longer held): `e2fsck -p`, then the paths in drop removed.
+// On error dst is removed.
+func (m *Manager) Finish(ctx context.Context, dst string, drop []string) error {
+	err := m.check(ctx, dst)
+	if err == nil && len(drop) > 0 {
+		err = scrub(dst, drop)
+	}
+	if err != nil {
+		os.Remove(dst)
+		return fmt.Errorf("capture disk %s: %w", dst, err)
+	}
+	return nil
 }
 
 // scrub mounts the captured image img (nosuid, nodev, noexec) next to it and

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"time"
 )
 
 // ErrNotFound is returned when the runtime has no container with the given ID.
@@ -74,6 +75,19 @@ type Checkpointer interface {
 	// stdout and stderr are output, as for Runtime.Start. It returns once the
 	// processes run.
 	Restore(ctx context.Context, id, bundle, imageDir string, output *os.File) error
+}
+
+// Snapshotter is implemented by runtimes that can save the memory and processes
+// of a container that keeps running (runsc does).
+type Snapshotter interface {
+	// CheckpointRunning pauses container id, saves the memory and kernel state
+	// of its processes into imageDir (created if missing; the image Restore
+	// takes), calls hold while the container is still paused (the caller
+	// captures its files there, so they match the image), and resumes it. It
+	// returns how long the container's processes were held. On any error the
+	// container is resumed and runs on; imageDir may hold a partial image.
+	// Errors wrap ErrNotFound for unknown containers.
+	CheckpointRunning(ctx context.Context, id, imageDir string, hold func() error) (time.Duration, error)
 }
 
 // UsernsCreator is implemented by runtimes that cannot join an existing user

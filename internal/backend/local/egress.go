@@ -93,10 +93,11 @@ func (b *Backend) applyEgress(ctx context.Context, s *sandbox) error {
 // needsCA reports whether p terminates HTTPS (rules rewrite requests).
 func needsCA(p *policy.Policy) bool { return p != nil && len(p.Rules) > 0 }
 
-// initFor is s.Init with the egress CA when s's policy needs it.
+// initFor is s.Init with s's hostname and the egress CA when s's policy
+// needs it.
 func (b *Backend) initFor(s *sandbox) agentapi.InitRequest {
 	init := s.Init
-	init.EgressCA = ""
+	init.Hostname, init.EgressCA = s.ID, ""
 	if needsCA(s.egress) && b.egress != nil {
 		init.EgressCA = string(b.egress.CAPEM())
 	}

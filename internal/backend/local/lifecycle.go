@@ -47,12 +47,13 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (inst b
 	undo.push(func() { _ = os.RemoveAll(dir) })
 	s := &sandbox{
 		ID: req.SandboxID, Runtime: rt.Name(), Lower: req.RootfsDir, CPUCount: req.CPUCount,
-		StartedAt: time.Now().UTC(), Init: req.Init,
+		StartedAt: time.Now().UTC(), Init: req.Init, Volumes: req.Volumes,
 		NoInternet: req.NoInternet || req.Egress.BlocksAll(), egress: req.Egress, Start: req.Start,
 		Rootfs: filepath.Join(b.runDir(req.SandboxID), rootfs.RootfsName),
 	}
+	var snap snapshotRecord
 	if req.Snapshot != "" {
-		if err := b.useSnapshot(s, req.Snapshot); err != nil {
+		if snap, err = b.useSnapshot(s, req.Snapshot); err != nil {
 			return backend.Instance{}, err
 		}
 		undo.push(func() { b.dropLayers(cleanupCtx, s.ID) })
@@ -85,14 +86,8 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (inst b
 		return backend.Instance{}, err
 	}
 	undo.push(func() { b.closeOutput(s) })
-	if err := b.startContainer(ctx, s, rt); err != nil {
-		return backend.Instance{}, err
-	}
 	undo.push(func() { _ = rt.Kill(cleanupCtx, req.SandboxID) })
-	if err := b.initAgent(ctx, s, ""); err != nil {
-		return backend.Instance{}, fmt.Errorf("%w (sandbox output: %s)", err, b.outputTail(s.ID))
-	}
-	if err := b.runStart(ctx, s); err != nil {
+	if err := b.boot(ctx, s, rt, snap); err != nil {
 		return backend.Instance{}, err
 	}
 	b.mu.Lock()
@@ -102,6 +97,34 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (inst b
 		b.log.Warn("cannot watch sandbox init; exits are noticed only by Kill", "sandbox", s.ID, "err", err)
 	}
 	return b.instance(s), nil
+}
+
+// boot runs the new sandbox s: restored from the memory image of snap when
+// it is a full snapshot (its processes continue; the agent is re-initialised
+// with s's own credential, hostname and settings, authenticated with the one
+// it was captured with), otherwise started afresh, initialised and given its
+// template's start command. The caller kills the container on error.
+func (b *Backend) boot(ctx context.Context, s *sandbox, rt runtime.Runtime, snap snapshotRecord) error {
+	token := ""
+	if snap.full() {
+		cp, ok := rt.(runtime.Checkpointer)
+		if !ok {
+			return fmt.Errorf("restore snapshot %s: runtime %s: %w", snap.ID, rt.Name(), backend.ErrNotSupported)
+		}
+		if err := b.restoreContainer(ctx, s, rt, cp, filepath.Join(b.snapshotDir(snap.ID), snapshotImage)); err != nil {
+			return fmt.Errorf("snapshot %s: %w", snap.ID, err)
+		}
+		token = snap.AgentToken
+	} else if err := b.startContainer(ctx, s, rt); err != nil {
+		return err
+	}
+	if err := b.initAgent(ctx, s, token); err != nil {
+		return fmt.Errorf("%w (sandbox output: %s)", err, b.outputTail(s.ID))
+	}
+	if snap.full() {
+		return nil // the start command runs in the restored memory
+	}
+	return b.runStart(ctx, s)
 }
 
 // undoStack collects the undo steps of a multi-step operation; run executes

@@ -50,11 +50,12 @@ func (b *Backend) startContainer(ctx context.Context, s *sandbox, rt runtime.Run
 	})
 }
 
-// restoreContainer restores s's container from its checkpoint image with its
-// stdout and stderr on s's output FIFO.
-func (b *Backend) restoreContainer(ctx context.Context, s *sandbox, rt runtime.Runtime, cp runtime.Checkpointer) error {
+// restoreContainer restores s's container from the checkpoint image in
+// imageDir (its own pause's, or a full snapshot's) with its stdout and stderr
+// on s's output FIFO.
+func (b *Backend) restoreContainer(ctx context.Context, s *sandbox, rt runtime.Runtime, cp runtime.Checkpointer, imageDir string) error {
 	return b.withOutput(s, "container restored", rt.Name(), func(w *os.File) error {
-		if err := cp.Restore(ctx, s.ID, b.bundleDir(s.ID), b.checkpointDir(s.ID), w); err != nil {
+		if err := cp.Restore(ctx, s.ID, b.bundleDir(s.ID), imageDir, w); err != nil {
 			return fmt.Errorf("restore %s container: %w", rt.Name(), err)
 		}
 		return nil

@@ -271,7 +271,7 @@ func (b *Backend) restore(ctx context.Context, s *sandbox, rt runtime.Runtime) (
 			b.unwindStart(ctx, s, rt)
 		}
 	}()
-	if err := b.restoreContainer(ctx, s, rt, cp); err != nil {
+	if err := b.restoreContainer(ctx, s, rt, cp, b.checkpointDir(s.ID)); err != nil {
 		return err
 	}
 	readyCtx, cancel := context.WithTimeout(ctx, b.cfg.ReadyTimeout)

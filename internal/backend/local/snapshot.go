@@ -5,22 +5,26 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/rootfs"
+	"github.com/cubby-dev/cubby/internal/runtime"
 )
 
 // Snapshots live in Config.SnapshotDir, one directory each:
 //
 //	<SnapshotDir>/<snapID>/disk.img       the source's disk, captured (sparse)
 //	<SnapshotDir>/<snapID>/mnt/           disk.img mounted ro,nosuid,nodev while used
+//	<SnapshotDir>/<snapID>/checkpoint/    the runtime's memory image (full snapshots; read-only, shared by every restore)
 //	<SnapshotDir>/<snapID>/snapshot.json  snapshotRecord
 //	<SnapshotDir>/.tmp-<snapID>/          a capture in progress (removed at start)
 //
@@ -31,6 +35,7 @@ import (
 // source wrote.
 const (
 	snapshotFile      = "snapshot.json"
+	snapshotImage     = "checkpoint"
 	snapshotMnt       = "mnt"
 	snapshotTmp       = ".tmp-"
 	maxSnapshotLayers = 32 // overlay lower layers a sandbox may stack (mount options fit a page)
@@ -49,7 +54,18 @@ type snapshotRecord struct {
 	SizeBytes int64                `json:"sizeBytes"`
 	CreatedAt time.Time            `json:"createdAt"`
 	Deleted   bool                 `json:"deleted,omitempty"` // kept only while something uses its layer
+	// AgentToken is the credential the captured agent accepts (the source's
+	// agentapi.InitRequest.AccessToken, "" when unsecured): a sandbox restored
+	// from a full snapshot is re-initialised with it. It is in the memory
+	// image anyway (same directory, same permissions).
+	AgentToken string `json:"agentToken,omitempty"`
+	// Volumes are the mount paths of the source's volumes; a full snapshot
+	// restores only with volumes at the same paths.
+	Volumes []string `json:"volumes,omitempty"`
 }
+
+// full reports whether rec holds memory and processes.
+func (rec snapshotRecord) full() bool { return rec.Mode == backend.SnapshotFull }
 
 func (b *Backend) snapshotDir(id string) string { return filepath.Join(b.cfg.SnapshotDir, id) }
 
@@ -86,22 +102,22 @@ func (b *Backend) Snapshot(ctx context.Context, id, snapID string) (backend.Snap
 	return backend.Snapshot{ID: snapID, Mode: rec.Mode, SizeBytes: rec.SizeBytes, Paused: paused}, nil
 }
 
-// capture copies s's disk into staging, writes its record there and renames
-// staging to final: the snapshot exists complete or not at all.
+// capture copies s's disk into staging (and, under a runtime that can
+// checkpoint a running container, its memory image, taken in the same pause),
+// writes its record there and renames staging to final: the snapshot exists
+// complete or not at all.
 func (b *Backend) capture(ctx context.Context, s *sandbox, staging, final, snapID string) (snapshotRecord, time.Duration, error) {
-	paused, err := b.rootfs.Capture(ctx, b.disk(s), filepath.Join(staging, rootfs.ImageName), []string{agentapi.StateDir})
+	rec := snapshotRecord{ID: snapID, Lower: s.Lower, Runtime: s.Runtime, Mode: backend.SnapshotFilesystem}
+	paused, err := b.captureState(ctx, s, staging, &rec)
 	if err != nil {
 		return snapshotRecord{}, paused, err
 	}
-	size, err := rootfs.AllocatedBytes(filepath.Join(staging, rootfs.ImageName))
+	size, err := allocatedTree(staging)
 	if err != nil {
 		return snapshotRecord{}, paused, err
 	}
 	own := rootfs.Layer{Image: filepath.Join(final, rootfs.ImageName), Mount: filepath.Join(final, snapshotMnt)}
-	rec := snapshotRecord{
-		ID: snapID, Lower: s.Lower, Layers: append([]rootfs.Layer{own}, s.Layers...), Runtime: s.Runtime,
-		Mode: backend.SnapshotFilesystem, SizeBytes: size, CreatedAt: time.Now().UTC(),
-	}
+	rec.Layers, rec.SizeBytes, rec.CreatedAt = append([]rootfs.Layer{own}, s.Layers...), size, time.Now().UTC()
 	if err := writeFileSync(filepath.Join(staging, snapshotFile), rec); err != nil {
 		return snapshotRecord{}, paused, err
 	}
@@ -112,6 +128,52 @@ func (b *Backend) capture(ctx context.Context, s *sandbox, staging, final, snapI
 		return snapshotRecord{}, paused, err
 	}
 	return rec, paused, nil
+}
+
+// captureState writes s's disk (and memory image when the runtime can) into
+// staging and returns how long s was held. A filesystem capture drops the
+// agent's state (its credential, env vars and kernel logs); a full one keeps
+// it, as the memory it matches does (the agent is re-initialised with the new
+// sandbox's own at restore).
+func (b *Backend) captureState(ctx context.Context, s *sandbox, staging string, rec *snapshotRecord) (time.Duration, error) {
+	img := filepath.Join(staging, rootfs.ImageName)
+	rt, err := b.runtimeFor(s.Runtime)
+	if err != nil {
+		return 0, err
+	}
+	sn, ok := rt.(runtime.Snapshotter)
+	if !ok {
+		return b.rootfs.Capture(ctx, b.disk(s), img, []string{agentapi.StateDir})
+	}
+	paused, err := sn.CheckpointRunning(ctx, s.ID, filepath.Join(staging, snapshotImage), func() error {
+		_, err := b.rootfs.CopyFrozen(ctx, b.disk(s), img)
+		return err
+	})
+	if err == nil {
+		err = b.rootfs.Finish(ctx, img, nil)
+	}
+	if err != nil {
+		return paused, err
+	}
+	rec.Mode, rec.AgentToken, rec.Volumes = backend.SnapshotFull, s.Init.AccessToken, volumePaths(s.Volumes)
+	return paused, nil
+}
+
+// allocatedTree is the disk space (allocated blocks) of the files below dir.
+func allocatedTree(dir string) (int64, error) {
+	var total int64
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		n, err := rootfs.AllocatedBytes(p)
+		total += n
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("size of %s: %w", dir, err)
+	}
+	return total, nil
 }
 
 // writeFileSync writes v as JSON to path and flushes it to disk.
@@ -168,9 +230,10 @@ func (b *Backend) loadSnapshot(snapID string) (snapshotRecord, error) {
 	return rec, nil
 }
 
-// useSnapshot gives the new sandbox s the layers of snapshot snapID and
-// records that s uses them, so they are not collected under it.
-func (b *Backend) useSnapshot(s *sandbox, snapID string) error {
+// useSnapshot gives the new sandbox s the layers of snapshot snapID, records
+// that s uses them, so they are not collected under it, and returns the
+// snapshot's record.
+func (b *Backend) useSnapshot(s *sandbox, snapID string) (snapshotRecord, error) {
 	b.snapMu.Lock()
 	defer b.snapMu.Unlock()
 	rec, err := b.loadSnapshot(snapID)
@@ -178,11 +241,24 @@ func (b *Backend) useSnapshot(s *sandbox, snapID string) error {
 		err = fmt.Errorf("snapshot %s: %w", snapID, backend.ErrSnapshotNotFound)
 	}
 	if err != nil {
-		return err
+		return rec, err
+	}
+	if rec.full() && (rec.Runtime != s.Runtime || !slices.Equal(rec.Volumes, volumePaths(s.Volumes))) {
+		return rec, fmt.Errorf("snapshot %s holds the memory of a %s sandbox with volumes at %q: "+
+			"start it under %s with volumes at the same paths: %w", snapID, rec.Runtime, rec.Volumes, rec.Runtime, backend.ErrInvalid)
 	}
 	s.Lower, s.Layers = rec.Lower, rec.Layers
 	b.layerUsers[s.ID] = rec.Layers
-	return nil
+	return rec, nil
+}
+
+// volumePaths are the mount paths of mounts, in order.
+func volumePaths(mounts []backend.VolumeMount) []string {
+	var out []string
+	for _, v := range mounts {
+		out = append(out, v.Path)
+	}
+	return out
 }
 
 // useLayers records the layers of an adopted or created sandbox s.

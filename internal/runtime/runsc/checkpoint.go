@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/cubby-dev/cubby/internal/runtime"
 )
@@ -64,6 +65,14 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imageDir string) error {
 // first if it has none (runsc takes them over again, and its restored network
 // stack is configured from the namespace, not from the image). The container must
 // not exist. On error nothing of it is left.
+//
+// runsc compares the bundle's spec with the image's and, by default, refuses
+// any difference beyond mount sources, namespace and cgroup paths, hostname
+// and environment; Restore runs it with --restore-spec-validation=warning
+// because a sandbox restored from another's image (a fork) differs in one
+// more field by design: the host ID range of its user namespace (its own,
+// never shared). The inside of both is the same (IDs 0..65535 map to files
+// idmapped the same way), and both specs are written by the same code.
 func (r *Runtime) Restore(ctx context.Context, id, bundle, imageDir string, output *os.File) error {
 	if err := r.cli.CheckID(id); err != nil {
 		return err
@@ -79,7 +88,7 @@ func (r *Runtime) Restore(ctx context.Context, id, bundle, imageDir string, outp
 	if err := r.reapplyNet(bundle); err != nil {
 		return fmt.Errorf("runsc restore %s: %w", id, err)
 	}
-	err := r.cli.Launch(ctx, id, output, "restore", "--detach", "--bundle", bundle,
+	err := r.cli.Launch(ctx, id, output, "--restore-spec-validation=warning", "restore", "--detach", "--bundle", bundle,
 		"--pid-file", filepath.Join(bundle, PidFileName), "--image-path", imageDir, id)
 	if err != nil {
 		r.cleanup(ctx, id, bundle)
@@ -87,4 +96,57 @@ func (r *Runtime) Restore(ctx context.Context, id, bundle, imageDir string, outp
 	}
 	r.log.Debug("container restored", "id", id, "image", imageDir)
 	return nil
+}
+
+var _ runtime.Snapshotter = (*Runtime)(nil)
+
+// CheckpointRunning implements runtime.Snapshotter: `runsc pause id`, `runsc
+// checkpoint --leave-running --image-path imageDir id` (the gVisor kernel
+// writes its state and every process's memory, flushing cached file data to
+// the host first), hold, then `runsc resume id`. The container is paused from
+// the first command to the last; the returned duration is that span. A
+// container paused before the call is left paused.
+func (r *Runtime) CheckpointRunning(ctx context.Context, id, imageDir string, hold func() error) (time.Duration, error) {
+	st, err := r.State(ctx, id)
+	if err != nil {
+		return 0, fmt.Errorf("runsc checkpoint %s: %w", id, err)
+	}
+	if !filepath.IsAbs(imageDir) {
+		return 0, fmt.Errorf("runsc checkpoint %s: image dir %q is not absolute", id, imageDir)
+	}
+	if st.Status != runtime.StatusRunning {
+		return 0, fmt.Errorf("runsc checkpoint %s: container is %s", id, st.Status)
+	}
+	start := time.Now()
+	if err := r.Pause(ctx, id); err != nil {
+		return 0, fmt.Errorf("runsc checkpoint %s: %w", id, err)
+	}
+	_, err = r.cli.Run(ctx, "checkpoint", "--leave-running", "--image-path", imageDir, id)
+	if err == nil {
+		err = r.holdPaused(ctx, id, hold)
+	}
+	rerr := r.Resume(context.WithoutCancel(ctx), id)
+	held := time.Since(start)
+	if err = errors.Join(err, rerr); err != nil {
+		return held, fmt.Errorf("runsc checkpoint %s: %w", id, err)
+	}
+	r.log.Debug("container checkpointed, still running", "id", id, "image", imageDir, "held", held)
+	return held, nil
+}
+
+// holdPaused calls hold once container id is known to be still paused after
+// its checkpoint (runsc's --leave-running restarts the kernel's tasks unless
+// they were paused).
+func (r *Runtime) holdPaused(ctx context.Context, id string, hold func() error) error {
+	st, err := r.State(ctx, id)
+	if err != nil {
+		return err
+	}
+	if st.Status != runtime.StatusPaused {
+		return fmt.Errorf("container is %s after its checkpoint, not paused: its files would not match the image", st.Status)
+	}
+	if hold == nil {
+		return nil
+	}
+	return hold()
 }
