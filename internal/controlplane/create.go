@@ -373,7 +373,9 @@ func (s *Service) createRequest(rec store.Sandbox, ref TemplateRef, sp createSpe
 		Volumes:    sp.volumes,
 		Team:       recordTeam(rec), Metadata: rec.Metadata, Deadline: rec.EndAt,
 		Init: agentapi.InitRequest{
-			EnvVars: s.sandboxEnv(ref, sp.envVars), AccessToken: rec.AccessToken, TrafficAccessToken: rec.TrafficToken,
+			// The agent takes only the link credential: the gateway checks
+			// the clients' tokens (agentapi.LinkToken).
+			EnvVars: s.sandboxEnv(ref, sp.envVars), AccessToken: agentapi.LinkToken(rec.ID, rec.AccessToken),
 			DefaultUser: cmp.Or(ref.User, defaultUser), DefaultWorkdir: cmp.Or(ref.Workdir, defaultWorkdir), Timestamp: time.Now(),
 		},
 	}

@@ -49,13 +49,14 @@ func TestCreateV2AndGetInfo(t *testing.T) {
 	if req.SandboxID != id || req.RootfsDir != "/rootfs/base" || req.CPUCount != 2 || req.MemoryMB != 512 || req.DiskSizeMB != 1024 {
 		t.Fatalf("backend request = %+v", req)
 	}
-	if req.Init.AccessToken != token || req.Init.TrafficAccessToken != traffic || req.Init.EnvVars["FOO"] != "bar" ||
+	// The agent gets the link credential only; the gateway checks the tokens.
+	if req.Init.AccessToken != agentapi.LinkToken(id, token) || req.Init.TrafficAccessToken != "" || req.Init.EnvVars["FOO"] != "bar" ||
 		req.Init.DefaultUser != "user" || req.Init.DefaultWorkdir != "/home/user" {
 		t.Fatalf("init = %+v", req.Init)
 	}
 	// Public traffic is allowed: the gateway requires no token on its ports.
 	rt, ok := h.svc.Route(id)
-	if !ok || !rt.Running || rt.AccessToken != token || rt.TrafficToken != "" || !rt.Addr.IsValid() || rt.HostIface == "" {
+	if !ok || !rt.Running || rt.AccessToken != token || rt.TrafficToken != "" || rt.InterpreterToken != traffic || !rt.Addr.IsValid() || rt.HostIface == "" {
 		t.Fatalf("route = %+v, %v", rt, ok)
 	}
 
@@ -367,7 +368,7 @@ func TestPauseConnectResume(t *testing.T) {
 	var tokens struct{ EnvdAccessToken, TrafficAccessToken string }
 	r.json(t, &tokens)
 	if rec := h.record(id); tokens.TrafficAccessToken == "" || tokens.TrafficAccessToken != rec.TrafficToken ||
-		tokens.EnvdAccessToken != rec.AccessToken || h.fake.lastCreate().Init.TrafficAccessToken != rec.TrafficToken {
+		tokens.EnvdAccessToken != rec.AccessToken || h.fake.lastCreate().Init.AccessToken != agentapi.LinkToken(id, rec.AccessToken) {
 		t.Fatalf("resumed sandbox's tokens %+v, record %+v", tokens, rec)
 	}
 	if rt, _ := h.svc.Route(id); !rt.Running {

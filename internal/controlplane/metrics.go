@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/api"
 	"github.com/cubby-dev/cubby/internal/backend"
 )
@@ -92,7 +93,7 @@ func (s *Service) sampleOne(ctx context.Context, sb *sandbox) {
 	var err error
 	if ts, ok := s.backend.(tokenStats); ok {
 		s.mu.RLock()
-		token := sb.route.AccessToken
+		token := agentapi.LinkToken(sb.id, sb.route.AccessToken)
 		s.mu.RUnlock()
 		st, err = ts.StatsWithToken(cctx, sb.id, token)
 	} else {

@@ -13,6 +13,10 @@ type Route struct {
 	AutoResume   bool       // lifecycle.autoResume: traffic to the paused sandbox resumes it (see Wake)
 	AccessToken  string     // envd X-Access-Token; "" for unsecured sandboxes
 	TrafficToken string     // E2B-Traffic-Access-Token required on non-envd ports; "" = public
+	// InterpreterToken is the trafficAccessToken the code interpreter of a
+	// secured sandbox takes instead of AccessToken (whether or not its
+	// ports are public); "" = none.
+	InterpreterToken string
 	// MaskRequestHost replaces the Host of requests to the sandbox
 	// (network.maskRequestHost, "${PORT}" standing for the port); "" = kept.
 	MaskRequestHost string

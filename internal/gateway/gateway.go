@@ -19,8 +19,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/cubby-dev/cubby/internal/agentapi"
 )
 
 // Header names and ports of the sandbox side (E2B wire §1.3, §1.4).
@@ -30,8 +28,8 @@ const (
 	// HeaderSandboxPort carries the in-sandbox TCP port (1–65535) on header-routed requests.
 	HeaderSandboxPort = "E2b-Sandbox-Port"
 	// HeaderTrafficToken carries the traffic access token required on non-envd ports
-	// of sandboxes created with allowPublicTraffic:false. It is forwarded to the
-	// code-interpreter port only, whose agent accepts it as a credential.
+	// of sandboxes created with allowPublicTraffic:false, and is the code
+	// interpreter's other credential; checked here, never forwarded.
 	HeaderTrafficToken = "E2b-Traffic-Access-Token"
 	// EnvdPort is the port of envd (the in-sandbox agent); it is exempt from the
 	// traffic token and is the port signed /files URLs are routed to.
@@ -48,6 +46,10 @@ type Target struct {
 	Running      bool       // false while paused: requests get 502 (E2B wire §1.3)
 	AccessToken  string     // envdAccessToken; "" for unsecured sandboxes (E2B wire §3.7)
 	TrafficToken string     // trafficAccessToken; "" when public traffic is allowed (E2B wire §1.4)
+	// InterpreterToken is the trafficAccessToken the code interpreter of a
+	// secured sandbox accepts instead of AccessToken (E2B wire §1.4), set
+	// whether or not its ports are public; "" = none.
+	InterpreterToken string
 	// MaskRequestHost, when set, replaces the Host header of requests to the
 	// sandbox (network.maskRequestHost; MaskPort stands for the port).
 	MaskRequestHost string
@@ -184,6 +186,10 @@ func (g *Gateway) serveRoute(w http.ResponseWriter, r *http.Request, route Route
 		writeError(w, http.StatusForbidden, "missing or invalid traffic access token")
 		return
 	}
+	if msg, ok := authorize(r, route.Port, t); !ok {
+		writeUnauthorized(w, msg)
+		return
+	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	cs := newClientStream(r, cancel)
@@ -193,11 +199,7 @@ func (g *Gateway) serveRoute(w http.ResponseWriter, r *http.Request, route Route
 	pt := &proxyTarget{id: route.SandboxID, addr: t.Addr, iface: t.HostIface, port: route.Port, stream: cs,
 		host: t.requestHost(r.Host, route.Port), https: route.Port != EnvdPort && slices.Contains(t.HTTPSPorts, route.Port)}
 	out := r.WithContext(context.WithValue(ctx, proxyTargetKey{}, pt))
-	if route.Port != agentapi.InterpreterPort {
-		// The code interpreter takes the traffic token as a credential (see
-		// agentapi.InitRequest); no other service in the sandbox needs it.
-		out.Header.Del(HeaderTrafficToken)
-	}
+	toAgent(out, route.Port, t)
 	// The upstream transport reads the client's body while the response is relayed
 	// (it checks for EOF after Content-Length bytes, and streams longer bodies). An
 	// HTTP/1 server not in full-duplex mode consumes and closes that body as soon as

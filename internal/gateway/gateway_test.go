@@ -25,8 +25,9 @@ const waitLimit = 20 * time.Second
 func echoHandler(name string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		fmt.Fprintf(w, "sbx=%s method=%s uri=%s host=%s hid=%s traffic=%q body=%s",
-			name, r.Method, r.RequestURI, r.Host, r.Header.Get(HeaderSandboxID), r.Header.Get(HeaderTrafficToken), body)
+		fmt.Fprintf(w, "sbx=%s method=%s uri=%s host=%s hid=%s traffic=%q access=%q body=%s",
+			name, r.Method, r.RequestURI, r.Host, r.Header.Get(HeaderSandboxID), r.Header.Get(HeaderTrafficToken),
+			r.Header.Get(HeaderAccessToken), body)
 	}
 }
 
@@ -62,7 +63,7 @@ func TestHeaderRouting(t *testing.T) {
 	e.cp.set(Target{ID: idB, Addr: b.addr, Running: true})
 
 	code, body, _ := do(t, e.client, e.request(t, http.MethodPost, "/process.Process/Start?x=1", idA, a.port, "hello"))
-	want := fmt.Sprintf("sbx=A method=POST uri=/process.Process/Start?x=1 host=%s hid=%s traffic=\"\" body=hello", e.srv.Listener.Addr(), idA)
+	want := fmt.Sprintf("sbx=A method=POST uri=/process.Process/Start?x=1 host=%s hid=%s traffic=\"\" access=\"\" body=hello", e.srv.Listener.Addr(), idA)
 	if code != http.StatusOK || body != want {
 		t.Fatalf("A: %d %q, want 200 %q", code, body, want)
 	}
@@ -185,26 +186,61 @@ func TestTrafficToken(t *testing.T) {
 	}
 }
 
-// TestTrafficTokenReachesInterpreter: the code interpreter's agent takes the
-// traffic token as a credential, so the gateway forwards it to port 49999
-// (and still checks it first when public traffic is not allowed).
-func TestTrafficTokenReachesInterpreter(t *testing.T) {
+// TestGatewayChecksClientCredentials: the gateway checks the clients'
+// credentials of a secured sandbox's agent ports (access token, the code
+// interpreter's traffic token, signed /files URLs) and forwards only the
+// sandbox's link credential; the link credential itself opens nothing, and
+// no client credential reaches the sandbox.
+func TestGatewayChecksClientCredentials(t *testing.T) {
 	e := newEnv(t)
+	envd := startSandbox(t, EnvdPort, echoHandler("envd"))
 	ci := startSandbox(t, agentapi.InterpreterPort, echoHandler("ci"))
-	public, private := randomID(), randomID()
-	e.cp.set(Target{ID: public, Addr: ci.addr, Running: true, AccessToken: "at"})
-	e.cp.set(Target{ID: private, Addr: ci.addr, Running: true, AccessToken: "at", TrafficToken: "tt-secret"})
+	public, private, ciID := randomID(), randomID(), randomID()
+	e.cp.set(Target{ID: public, Addr: envd.addr, Running: true, AccessToken: "at", InterpreterToken: "it"})
+	e.cp.set(Target{ID: ciID, Addr: ci.addr, Running: true, AccessToken: "at", InterpreterToken: "it"})
+	e.cp.set(Target{ID: private, Addr: ci.addr, Running: true, AccessToken: "at", TrafficToken: "it", InterpreterToken: "it"})
+	link := func(id string) string { return agentapi.LinkToken(id, "at") }
+	sig := url.QueryEscape(filesig.Sign("/a", filesig.OpRead, "", "at", 0))
 	for _, tc := range []struct {
-		id, token string
-		want      int
-	}{{public, "", http.StatusOK}, {public, "tt-other", http.StatusOK}, {private, "tt-secret", http.StatusOK}, {private, "", http.StatusForbidden}} {
-		r := e.request(t, http.MethodGet, "/contexts", tc.id, agentapi.InterpreterPort, "")
-		if tc.token != "" {
-			r.Header.Set("E2B-Traffic-Access-Token", tc.token)
+		name, id, path  string
+		port            int
+		access, traffic string
+		want            int
+	}{
+		{"envd token", public, "/envs", EnvdPort, "at", "", http.StatusOK},
+		{"envd none", public, "/envs", EnvdPort, "", "", http.StatusUnauthorized},
+		{"envd wrong", public, "/envs", EnvdPort, "nope", "", http.StatusUnauthorized},
+		{"envd link", public, "/envs", EnvdPort, link(public), "", http.StatusUnauthorized},
+		{"envd traffic", public, "/envs", EnvdPort, "", "it", http.StatusUnauthorized},
+		{"envd health", public, "/health", EnvdPort, "", "", http.StatusOK},
+		{"files signed", public, "/files?path=%2Fa&signature=" + sig, EnvdPort, "", "", http.StatusOK},
+		{"files bad signature", public, "/files?path=%2Fb&signature=" + sig, EnvdPort, "", "", http.StatusUnauthorized},
+		{"ci traffic", ciID, "/contexts", agentapi.InterpreterPort, "", "it", http.StatusOK},
+		{"ci access", ciID, "/contexts", agentapi.InterpreterPort, "at", "", http.StatusOK},
+		{"ci none", ciID, "/contexts", agentapi.InterpreterPort, "", "", http.StatusUnauthorized},
+		{"ci link", ciID, "/contexts", agentapi.InterpreterPort, link(ciID), "", http.StatusUnauthorized},
+		{"ci health", ciID, "/health", agentapi.InterpreterPort, "", "", http.StatusOK},
+		{"private traffic", private, "/contexts", agentapi.InterpreterPort, "", "it", http.StatusOK},
+		{"private none", private, "/contexts", agentapi.InterpreterPort, "at", "", http.StatusForbidden},
+	} {
+		r := e.request(t, http.MethodGet, tc.path, tc.id, tc.port, "")
+		if tc.access != "" {
+			r.Header.Set("X-Access-Token", tc.access)
+		}
+		if tc.traffic != "" {
+			r.Header.Set("E2B-Traffic-Access-Token", tc.traffic)
 		}
 		code, body, _ := do(t, e.client, r)
-		if code != tc.want || (code == http.StatusOK && !strings.Contains(body, fmt.Sprintf("traffic=%q", tc.token))) {
-			t.Errorf("%s with token %q: %d %q, want %d with the token forwarded", tc.id, tc.token, code, body, tc.want)
+		if code != tc.want {
+			t.Errorf("%s: %d %q, want %d", tc.name, code, body, tc.want)
+			continue
+		}
+		if code != http.StatusOK {
+			continue
+		}
+		if want := fmt.Sprintf("traffic=\"\" access=%q", link(tc.id)); !strings.Contains(body, want) ||
+			strings.Contains(body, "signature") {
+			t.Errorf("%s: the sandbox got %q, want only %s", tc.name, body, want)
 		}
 	}
 }

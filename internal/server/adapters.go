@@ -107,7 +107,7 @@ func (r routes) Resolve(id string) (gateway.Target, bool) {
 // target converts a control-plane route of sandbox id for the gateway.
 func target(id string, rt controlplane.Route) gateway.Target {
 	return gateway.Target{ID: id, Addr: rt.Addr, HostIface: rt.HostIface, Running: rt.Running,
-		AccessToken: rt.AccessToken, TrafficToken: rt.TrafficToken,
+		AccessToken: rt.AccessToken, TrafficToken: rt.TrafficToken, InterpreterToken: rt.InterpreterToken,
 		MaskRequestHost: rt.MaskRequestHost, HTTPSPorts: rt.HTTPSPorts}
 }
 
