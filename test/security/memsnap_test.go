@@ -1,0 +1,139 @@
+package security
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cubby-dev/cubby/internal/agentapi"
+	"github.com/cubby-dev/cubby/sdk"
+)
+
+// memoryImages reads every memory image (runsc checkpoint: the gVisor
+// kernel's state with its socket buffers, and every process's pages,
+// uncompressed) of the server's snapshots, the forks' included, keyed by
+// file.
+func (s *server) memoryImages(t *testing.T) map[string][]byte {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(s.DataDir, "snapshots", "*", "checkpoint", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]byte{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[f] = data
+	}
+	return out
+}
+
+// imagesHold reports which memory images hold needle.
+func imagesHold(images map[string][]byte, needle string) []string {
+	var in []string
+	for f, data := range images {
+		if bytes.Contains(data, []byte(needle)) {
+			in = append(in, filepath.Base(f))
+		}
+	}
+	return in
+}
+
+// runCode runs Python code in sbx's default context and returns its text result.
+func runCode(t *testing.T, sbx *sdk.Sandbox, code string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	exec, err := sbx.RunCode(ctx, code, nil)
+	if err != nil {
+		t.Fatalf("run %q in %s: %v", code, sbx.ID(), err)
+	}
+	if exec.Error != nil {
+		return "error: " + exec.Error.Name + ": " + exec.Error.Value
+	}
+	return exec.Text()
+}
+
+// TestForkMemoryBoundary (gVisor): a fork continues the source's memory (a
+// Python variable set before the fork) under an identity of its own, and the
+// memory it starts from carries no client credential: the memory image the
+// forks are restored from (every process's pages and the gVisor kernel's
+// state) holds neither the source's access token nor its traffic token, only
+// the agent's link credential; root in a fork finds no token in its files,
+// cannot reach the source's agent ports at the source's address, and the
+// source's link credential, which a fork holds, opens nothing at the gateway;
+// tokens open only their own sandbox.
+func TestForkMemoryBoundary(t *testing.T) {
+	if !hasRunsc(t) {
+		t.Skip("needs bin/runsc next to CUBBY_BIN")
+	}
+	s := startServer(t, "--runtime", "runsc")
+	src := s.createWith(t, &sdk.CreateOptions{Template: "code-interpreter"})
+	if got := runCode(t, src, "x = 42\nx"); got != "42" {
+		t.Fatalf("source: x = %q", got)
+	}
+	srcAddr := strings.TrimSpace(asRoot(t, src, "awk 'END{print $1}' /etc/hosts").Out)
+	secrets := []string{src.AccessToken(), src.TrafficAccessToken()}
+	srcLink := agentapi.LinkToken(src.ID(), src.AccessToken())
+	forks := s.forkOf(t, s.Key, src.ID(), 2)
+	// The forks' memory image (kept while they run): the agent's credential
+	// is in it, as it is in the forks' memory; no client credential is.
+	images := s.memoryImages(t)
+	if in := imagesHold(images, srcLink); len(in) == 0 {
+		t.Errorf("the source's link credential is in none of %d memory image files: nothing was captured", len(images))
+	}
+	for i, secret := range secrets {
+		if in := imagesHold(images, secret); len(in) > 0 {
+			t.Errorf("the source's client token %d is in the memory image the forks run from: %v", i, in)
+		}
+	}
+	for i, f := range forks {
+		if got := runCode(t, f, "x"); got != "42" {
+			t.Errorf("fork %d: x = %q, want the source's 42", i, got)
+		}
+		runCode(t, f, fmt.Sprintf("x = %d", 100+i))
+		if h := strings.TrimSpace(asRoot(t, f, "hostname").Out); h != f.ID() {
+			t.Errorf("fork %d hostname %q, want %s", i, h, f.ID())
+		}
+		if leak := asRoot(t, f, fmt.Sprintf("grep -rlsF -e %q -e %q /run /root /home /tmp /etc /var /opt 2>/dev/null", secrets[0], secrets[1])); leak.Out != "" {
+			t.Errorf("fork %d: the source's tokens in its files: %q", i, leak.Out)
+		}
+		reach := asRoot(t, f, fmt.Sprintf(`for p in %d %d; do timeout 5 curl -sS -m 3 -H 'X-Access-Token: %s' http://%s:$p/envs >/dev/null 2>&1 && echo reached $p; done; true`,
+			agentapi.EnvdPort, agentapi.InterpreterPort, srcLink, srcAddr))
+		if strings.Contains(reach.Out, "reached") {
+			t.Errorf("fork %d reaches the source's agent at %s: %q", i, srcAddr, reach.Out)
+		}
+		if code := s.envdStatus(t, src.ID(), f.AccessToken()); code != http.StatusUnauthorized {
+			t.Errorf("fork %d's token opens the source: %d", i, code)
+		}
+		if code := s.envdStatus(t, f.ID(), src.AccessToken()); code != http.StatusUnauthorized {
+			t.Errorf("the source's token opens fork %d: %d", i, code)
+		}
+	}
+	if got := runCode(t, src, "x"); got != "42" {
+		t.Errorf("source after the forks changed theirs: x = %q", got)
+	}
+	for _, id := range []string{src.ID(), forks[0].ID()} {
+		if code := s.envdStatus(t, id, srcLink); code != http.StatusUnauthorized {
+			t.Errorf("the source's link credential opens %s at the gateway: %d", id, code)
+		}
+	}
+}
+
+// hasRunsc reports whether runsc is next to the server binary.
+func hasRunsc(t *testing.T) bool {
+	for _, rt := range runtimes(t) {
+		if rt == "runsc" {
+			return true
+		}
+	}
+	return false
+}
