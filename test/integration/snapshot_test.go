@@ -85,27 +85,27 @@ func checkCopy(ctx context.Context, t *testing.T, sb *sandbox) {
 		test -e /etc/os-release || echo no-os-release; ls /etc/apt`, "v1\nsum-ok\nno-os-release\nonly\n")
 }
 
-func TestSnapshotRunc(t *testing.T) { snapshotFlow(t, startServer(t)) }
+func TestSnapshotRunc(t *testing.T) { snapshotFlow(t, startServer(t), "filesystem") }
 
-// TestSnapshotGVisor: the same under gVisor, where a snapshot holds the
-// filesystem too (memory snapshots are not implemented): its record says so.
+// TestSnapshotGVisor: the same under gVisor, where a snapshot holds memory
+// and processes too: its record says "full".
 func TestSnapshotGVisor(t *testing.T) {
 	runscBinary(t)
 	ts := testserver.Start(t, testserver.Options{BridgePrefix: "cbit", Args: []string{"--runtime", "runsc"}})
-	snapshotFlow(t, &server{Server: ts, t: t})
+	snapshotFlow(t, &server{Server: ts, t: t}, "full")
 }
 
 // snapshotFlow: a named snapshot of a sandbox that wrote files, deleted a
 // template file and replaced a template directory; three sandboxes from it
 // see exactly that and write independently; list, delete, 404 after delete,
-// data kept while used and removed after.
-func snapshotFlow(t *testing.T, s *server) {
+// data kept while used and removed after. mode is the records' mode.
+func snapshotFlow(t *testing.T, s *server, mode string) {
 	ctx := context.Background()
 	src := s.create(t, nil)
 	prepareSource(ctx, t, src)
 	snap := s.snapshot(t, src.ID, map[string]any{"name": "snap1"})
-	if snap.Mode != "filesystem" || snap.SizeBytes < 8<<20 || len(snap.Names) != 1 || snap.Names[0] != snap.SnapshotID {
-		t.Fatalf("snapshot record %+v: want mode filesystem, the 8 MiB it holds, its name", snap)
+	if snap.Mode != mode || snap.SizeBytes < 8<<20 || len(snap.Names) != 1 || snap.Names[0] != snap.SnapshotID {
+		t.Fatalf("snapshot record %+v: want mode %s, the 8 MiB it holds, its name", snap, mode)
 	}
 	src.mustRun(ctx, t, "echo after > /home/user/proj/b.txt && cat /home/user/proj/b.txt", "after\n")
 

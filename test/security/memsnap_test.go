@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -136,4 +137,63 @@ func hasRunsc(t *testing.T) bool {
 		}
 	}
 	return false
+}
+
+// TestAgentMemoryHoldsNoClientToken (gVisor): the memory of a sandbox used
+// through every credential the SDK sends (commands with X-Access-Token, code
+// with the traffic token, a signed download URL) holds none of them. Pausing
+// it under gVisor writes its whole memory (every process's pages and the
+// gVisor kernel's state, socket buffers included) to the host; the image
+// holds a value the code interpreter made (the scan reads what a memory
+// snapshot carries) and neither token nor the URL's signature.
+func TestAgentMemoryHoldsNoClientToken(t *testing.T) {
+	if !hasRunsc(t) {
+		t.Skip("needs bin/runsc next to CUBBY_BIN")
+	}
+	s := startServer(t, "--runtime", "runsc")
+	sbx := s.createWith(t, &sdk.CreateOptions{Template: "code-interpreter"})
+	canary := runCode(t, sbx, "canary = 'cnry' + 'x' * 3 + '%x' % 0xfeedface * 2\ncanary")
+	asRoot(t, sbx, "echo signed > /tmp/f")
+	u, err := sbx.DownloadURL("/tmp/f", &sdk.FileURLOptions{User: "root"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(u)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("signed download: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	sig := mustQuery(t, u, "signature")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := sbx.Pause(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	images := map[string][]byte{}
+	files, _ := filepath.Glob(filepath.Join(s.DataDir, "sandboxes", sbx.ID(), "checkpoint", "*"))
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		images[f] = data
+	}
+	if in := imagesHold(images, strings.Trim(canary, "'")); len(in) == 0 {
+		t.Fatalf("the interpreter's value %s is in none of %d image files: nothing was captured", canary, len(images))
+	}
+	for name, secret := range map[string]string{"access token": sbx.AccessToken(),
+		"traffic token": sbx.TrafficAccessToken(), "URL signature": sig} {
+		if in := imagesHold(images, secret); len(in) > 0 {
+			t.Errorf("the sandbox's memory holds its %s: %v", name, in)
+		}
+	}
+}
+
+func mustQuery(t *testing.T, raw, key string) string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil || u.Query().Get(key) == "" {
+		t.Fatalf("URL %q has no %s: %v", raw, key, err)
+	}
+	return u.Query().Get(key)
 }
