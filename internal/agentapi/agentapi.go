@@ -150,20 +150,20 @@ func (o BootOptions) Args() []string {
 // Key identifies o: equal options give equal keys.
 func (o BootOptions) Key() string { return strings.Join(o.Args(), " ") }
 
-// LinkToken is the credential the agent of sandbox id is initialised with
+// LinkToken is the credential the agent of a sandbox is initialised with
 // (InitRequest.AccessToken) when its clients' access token is accessToken: 64
-// hex digits, SHA-256 over a label, id and accessToken; "" for an unsecured
-// sandbox (accessToken ""). Clients authenticate at the gateway with their
-// access token, traffic token or signed URL; the gateway forwards to the
-// agent with this credential instead, so no client credential ever enters a
-// sandbox's memory (where a memory snapshot would carry it into forks). It
-// is one-way: holding it (as a fork of the sandbox does, in its memory
-// image) reveals nothing of accessToken, and the gateway never accepts it
-// from a client.
-func LinkToken(id, accessToken string) string {
+// hex digits, SHA-256 over a label and accessToken (random and distinct per
+// sandbox, so links are too); "" for an unsecured sandbox (accessToken "").
+// Clients authenticate at the gateway with their access token, traffic token
+// or signed URL; the gateway forwards to the agent with this credential
+// instead, so no client credential ever enters a sandbox's memory (where a
+// memory snapshot would carry it into forks). It is one-way: holding it (as a
+// fork of the sandbox does, in its memory image) reveals nothing of
+// accessToken, and the gateway never accepts it from a client.
+func LinkToken(accessToken string) string {
 	if accessToken == "" {
 		return ""
 	}
-	sum := sha256.Sum256([]byte("cubby agent link v1\x00" + id + "\x00" + accessToken))
+	sum := sha256.Sum256([]byte("cubby agent link v1\x00" + accessToken))
 	return hex.EncodeToString(sum[:])
 }

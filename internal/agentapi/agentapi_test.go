@@ -22,3 +22,13 @@ func TestBootOptionsArgs(t *testing.T) {
 		t.Error("default and empty preload share a key")
 	}
 }
+
+func TestLinkToken(t *testing.T) {
+	a, b := LinkToken("token-a"), LinkToken("token-b")
+	if len(a) != 64 || a == b || a == "token-a" || LinkToken("token-a") != a {
+		t.Fatalf("LinkToken: %q %q", a, b)
+	}
+	if LinkToken("") != "" {
+		t.Fatal("an unsecured sandbox got a link credential")
+	}
+}

@@ -375,7 +375,7 @@ func (s *Service) createRequest(rec store.Sandbox, ref TemplateRef, sp createSpe
 		Init: agentapi.InitRequest{
 			// The agent takes only the link credential: the gateway checks
 			// the clients' tokens (agentapi.LinkToken).
-			EnvVars: s.sandboxEnv(ref, sp.envVars), AccessToken: agentapi.LinkToken(rec.ID, rec.AccessToken),
+			EnvVars: s.sandboxEnv(ref, sp.envVars), AccessToken: agentapi.LinkToken(rec.AccessToken),
 			DefaultUser: cmp.Or(ref.User, defaultUser), DefaultWorkdir: cmp.Or(ref.Workdir, defaultWorkdir), Timestamp: time.Now(),
 		},
 	}

@@ -50,7 +50,7 @@ func TestCreateV2AndGetInfo(t *testing.T) {
 		t.Fatalf("backend request = %+v", req)
 	}
 	// The agent gets the link credential only; the gateway checks the tokens.
-	if req.Init.AccessToken != agentapi.LinkToken(id, token) || req.Init.TrafficAccessToken != "" || req.Init.EnvVars["FOO"] != "bar" ||
+	if req.Init.AccessToken != agentapi.LinkToken(token) || req.Init.TrafficAccessToken != "" || req.Init.EnvVars["FOO"] != "bar" ||
 		req.Init.DefaultUser != "user" || req.Init.DefaultWorkdir != "/home/user" {
 		t.Fatalf("init = %+v", req.Init)
 	}
@@ -368,7 +368,7 @@ func TestPauseConnectResume(t *testing.T) {
 	var tokens struct{ EnvdAccessToken, TrafficAccessToken string }
 	r.json(t, &tokens)
 	if rec := h.record(id); tokens.TrafficAccessToken == "" || tokens.TrafficAccessToken != rec.TrafficToken ||
-		tokens.EnvdAccessToken != rec.AccessToken || h.fake.lastCreate().Init.AccessToken != agentapi.LinkToken(id, rec.AccessToken) {
+		tokens.EnvdAccessToken != rec.AccessToken || h.fake.lastCreate().Init.AccessToken != agentapi.LinkToken(rec.AccessToken) {
 		t.Fatalf("resumed sandbox's tokens %+v, record %+v", tokens, rec)
 	}
 	if rt, _ := h.svc.Route(id); !rt.Running {

@@ -93,7 +93,7 @@ func (s *Service) sampleOne(ctx context.Context, sb *sandbox) {
 	var err error
 	if ts, ok := s.backend.(tokenStats); ok {
 		s.mu.RLock()
-		token := agentapi.LinkToken(sb.id, sb.route.AccessToken)
+		token := agentapi.LinkToken(sb.route.AccessToken)
 		s.mu.RUnlock()
 		st, err = ts.StatsWithToken(cctx, sb.id, token)
 	} else {

@@ -105,7 +105,7 @@ func toAgent(out *http.Request, port int, t Target) {
 		out.URL.RawQuery = q.Encode()
 	}
 	if t.AccessToken != "" {
-		out.Header.Set(HeaderAccessToken, agentapi.LinkToken(t.ID, t.AccessToken))
+		out.Header.Set(HeaderAccessToken, agentapi.LinkToken(t.AccessToken))
 	}
 }
 

@@ -199,7 +199,7 @@ func TestGatewayChecksClientCredentials(t *testing.T) {
 	e.cp.set(Target{ID: public, Addr: envd.addr, Running: true, AccessToken: "at", InterpreterToken: "it"})
 	e.cp.set(Target{ID: ciID, Addr: ci.addr, Running: true, AccessToken: "at", InterpreterToken: "it"})
 	e.cp.set(Target{ID: private, Addr: ci.addr, Running: true, AccessToken: "at", TrafficToken: "it", InterpreterToken: "it"})
-	link := func(id string) string { return agentapi.LinkToken(id, "at") }
+	link := func(string) string { return agentapi.LinkToken("at") }
 	sig := url.QueryEscape(filesig.Sign("/a", filesig.OpRead, "", "at", 0))
 	for _, tc := range []struct {
 		name, id, path  string

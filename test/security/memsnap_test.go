@@ -83,7 +83,7 @@ func TestForkMemoryBoundary(t *testing.T) {
 	}
 	srcAddr := strings.TrimSpace(asRoot(t, src, "awk 'END{print $1}' /etc/hosts").Out)
 	secrets := []string{src.AccessToken(), src.TrafficAccessToken()}
-	srcLink := agentapi.LinkToken(src.ID(), src.AccessToken())
+	srcLink := agentapi.LinkToken(src.AccessToken())
 	forks := s.forkOf(t, s.Key, src.ID(), 2)
 	// The forks' memory image (kept while they run): the agent's credential
 	// is in it, as it is in the forks' memory; no client credential is.
