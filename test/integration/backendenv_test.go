@@ -44,18 +44,13 @@ func newBackendEnv(tb testing.TB, name string, userns bool, newRT func(stateRoot
 	if bin == "" || os.Geteuid() != 0 {
 		tb.Skip("needs root and CUBBY_BIN; run through `make test-integration`")
 	}
-	tdir := os.Getenv("CUBBY_TEMPLATES_DIR")
-	if tdir == "" {
-		wd, _ := os.Getwd()
-		tdir = filepath.Join(wd, "..", "..", ".cache", "templates")
-	}
-	tm, err := template.NewManager(tdir, nil)
+	tm, err := template.NewManager(templatesDir(), nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	info, err := tm.Get("base")
 	if err != nil {
-		tb.Skipf("base template not built in %s (`make templates`): %v", tdir, err)
+		tb.Skipf("base template not built in %s (`make templates`): %v", templatesDir(), err)
 	}
 	suffix := randHex(2)
 	e := &backendEnv{tb: tb, bin: bin, dir: tb.TempDir(), runDir: "/run/cubby/test-" + randHex(6),
@@ -76,6 +71,30 @@ func newBackendEnv(tb testing.TB, name string, userns bool, newRT func(stateRoot
 	e.rt = newRT(e.stateRoot(), log)
 	e.b = e.newBackend(log)
 	return e
+}
+
+// templatesDir is $CUBBY_TEMPLATES_DIR, else the repository's .cache/templates.
+func templatesDir() string {
+	if d := os.Getenv("CUBBY_TEMPLATES_DIR"); d != "" {
+		return d
+	}
+	wd, _ := os.Getwd()
+	return filepath.Join(wd, "..", "..", ".cache", "templates")
+}
+
+// useTemplate makes the env's sandboxes run built template name (instead of
+// base), skipping tb when it is not built.
+func (e *backendEnv) useTemplate(tb testing.TB, name string) {
+	tb.Helper()
+	tm, err := template.NewManager(templatesDir(), nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	info, err := tm.Get(name)
+	if err != nil {
+		tb.Skipf("template %s not built: %v", name, err)
+	}
+	e.lower = info.RootfsDir
 }
 
 // stateRoot is the runtime's state root (--root).

@@ -3,12 +3,14 @@ package integration
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/runtime"
+	"github.com/cubby-dev/cubby/internal/runtime/ocicli/ocitest"
 	"github.com/cubby-dev/cubby/internal/runtime/runsc"
 )
 
@@ -68,5 +70,71 @@ func TestSnapshotFullGVisor(t *testing.T) {
 		if got := execIn(t, f.proc, "cat /home/user/file; hostname"); got != "kept\n"+f.id+"\n" {
 			t.Fatalf("fork files/hostname: %q", got)
 		}
+	}
+}
+
+// BenchmarkSnapshotInterpreter measures full snapshots (gVisor) of a
+// code-interpreter sandbox whose default contexts (Python with numpy,
+// pandas and matplotlib preloaded, JavaScript) are up, through the local
+// backend with user namespaces on: how long the source is held (pause,
+// memory image, disk copy, resume), the snapshot's size (memory image and
+// captured disk), a create from it (restore, re-init: the contexts are
+// there at once), a fork of 20 (wall time, 4 restores at a time) and the
+// disk each fork takes of its own. Medians.
+func BenchmarkSnapshotInterpreter(b *testing.B) {
+	bin := repoBinary(b, "runsc", "CUBBY_RUNSC")
+	e := newBackendEnv(b, "cbi", true, func(root string, log *slog.Logger) runtime.Runtime {
+		rt := runsc.New(bin, root, runsc.Options{}, log)
+		b.Cleanup(func() { _ = rt.ReleaseRoot() })
+		return rt
+	})
+	e.useTemplate(b, "code-interpreter")
+	ctx := context.Background()
+	src := mustCreate(b, e, "")
+	waitReady(b, src)
+	var held, snap, restore, fork []time.Duration
+	var image, perFork int64
+	for b.Loop() {
+		t0 := time.Now()
+		sn, err := e.b.Snapshot(ctx, src.id, "i"+randHex(8))
+		if err != nil {
+			b.Fatal(err)
+		}
+		snap, held, image = append(snap, time.Since(t0)), append(held, sn.Paused), sn.SizeBytes
+		t1 := time.Now()
+		kid := mustCreate(b, e, sn.ID)
+		waitReady(b, kid)
+		restore = append(restore, time.Since(t1))
+		_ = e.b.Kill(ctx, kid.id)
+		if err := e.b.DeleteSnapshot(ctx, sn.ID); err != nil {
+			b.Fatal(err)
+		}
+		wall, forks, _ := benchFork(b, e, src.id)
+		fork, perFork = append(fork, wall), forks/benchForks
+	}
+	b.ReportMetric(ocitest.MedianMs(held), "source-held-ms")
+	b.ReportMetric(ocitest.MedianMs(snap), "snapshot-ms")
+	b.ReportMetric(float64(image)/(1<<20), "snapshot-MiB")
+	b.ReportMetric(ocitest.MedianMs(restore), "create-from-snapshot-ms")
+	b.ReportMetric(ocitest.MedianMs(fork), "fork20-ms")
+	b.ReportMetric(float64(perFork)/(1<<20), "disk-per-fork-MiB")
+}
+
+// waitReady waits until sb's agent reports its default code contexts up.
+func waitReady(tb testing.TB, sb benchSandbox) {
+	tb.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		resp, err := sb.http.Get(sb.envd + "/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusNoContent {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("sandbox %s: code contexts not ready: %v %v", sb.id, err, resp)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -80,9 +80,9 @@ func benchSnapshot(b *testing.B, e *backendEnv) {
 			}
 			_ = e.b.Kill(ctx, kid.id)
 		}
-		wall, used := benchFork(b, e, src.id)
+		wall, forks, captured := benchFork(b, e, src.id)
 		fork = append(fork, wall)
-		forkBytes, fullBytes = used, tree+sn.SizeBytes
+		forkBytes, fullBytes = forks+captured, tree+sn.SizeBytes
 		if err := e.b.DeleteSnapshot(ctx, sn.ID); err != nil {
 			b.Fatal(err)
 		}
@@ -97,9 +97,9 @@ func benchSnapshot(b *testing.B, e *backendEnv) {
 }
 
 // benchFork snapshots src and starts benchForks sandboxes from it, 4 at a
-// time; it returns the wall time and the disk they and the snapshot take,
-// then kills them.
-func benchFork(b *testing.B, e *backendEnv, src string) (time.Duration, int64) {
+// time; it returns the wall time, the disk the forks take of their own and
+// the disk of their snapshot, then kills them.
+func benchFork(b *testing.B, e *backendEnv, src string) (time.Duration, int64, int64) {
 	ctx := context.Background()
 	t0 := time.Now()
 	sn, err := e.b.Snapshot(ctx, src, "f"+randHex(8))
@@ -124,7 +124,7 @@ func benchFork(b *testing.B, e *backendEnv, src string) (time.Duration, int64) {
 	if err := errors.Join(errs...); err != nil {
 		b.Fatal(err)
 	}
-	used := sn.SizeBytes
+	var used int64
 	for _, id := range ids {
 		used += allocated(b, filepath.Join(e.dir, "sandboxes", id, "disk.img"))
 		_ = e.b.Kill(ctx, id)
@@ -132,12 +132,14 @@ func benchFork(b *testing.B, e *backendEnv, src string) (time.Duration, int64) {
 	if err := e.b.DeleteSnapshot(ctx, sn.ID); err != nil {
 		b.Fatal(err)
 	}
-	return wall, used
+	return wall, used, sn.SizeBytes
 }
 
 type benchSandbox struct {
 	id   string
 	proc processconnect.ProcessClient
+	envd string       // base URL of its agent
+	http *http.Client // sends its access token
 }
 
 // mustCreateT is benchCreate for a test.
@@ -163,7 +165,8 @@ func createIn(tb testing.TB, e *backendEnv, snap string) (benchSandbox, error) {
 	}
 	tb.Cleanup(func() { _ = e.b.Kill(context.Background(), id) })
 	hc := &http.Client{Transport: tokenTransport{token, &http.Transport{}}}
-	return benchSandbox{id: id, proc: processconnect.NewProcessClient(hc, fmt.Sprintf("http://%s:%d", in.Addr, agentapi.EnvdPort), connect.WithProtoJSON())}, nil
+	envd := fmt.Sprintf("http://%s:%d", in.Addr, agentapi.EnvdPort)
+	return benchSandbox{id: id, proc: processconnect.NewProcessClient(hc, envd, connect.WithProtoJSON()), envd: envd, http: hc}, nil
 }
 
 // mustCreate is benchCreate failing b on error.
