@@ -11,7 +11,10 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"errors"
+	"net/url"
 	"strconv"
+	"time"
 )
 
 // Operations signed by the SDKs.
@@ -37,4 +40,40 @@ func Sign(path, operation, username, token string, expiration int64) string {
 func Valid(signature, path, operation, username, token string, expiration int64) bool {
 	want := Sign(path, operation, username, token, expiration)
 	return subtle.ConstantTimeCompare([]byte(signature), []byte(want)) == 1
+}
+
+// Refusals of CheckQuery; their texts are envd's 401 messages (E2B wire §3.7).
+var (
+	// ErrUnsigned: the query carries no signature.
+	ErrUnsigned = errors.New("unauthorized access, please provide a valid access token or method signing if supported")
+	// ErrInvalid: the signature (or its expiration) does not match.
+	ErrInvalid = errors.New("invalid signature")
+	// ErrExpired: a valid signature whose expiration is past.
+	ErrExpired = errors.New("signature is already expired")
+)
+
+// CheckQuery checks the signature of a /files request for operation with
+// query q (path, username, signature, signature_expiration) against token:
+// nil when it is valid and not expired at now, else ErrUnsigned, ErrInvalid
+// or ErrExpired.
+func CheckQuery(q url.Values, operation, token string, now time.Time) error {
+	sig := q.Get("signature")
+	if sig == "" {
+		return ErrUnsigned
+	}
+	var exp int64
+	if raw := q.Get("signature_expiration"); raw != "" {
+		v, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil {
+			return ErrInvalid
+		}
+		exp = v
+	}
+	if !Valid(sig, q.Get("path"), operation, q.Get("username"), token, exp) {
+		return ErrInvalid
+	}
+	if exp != 0 && exp < now.Unix() {
+		return ErrExpired
+	}
+	return nil
 }

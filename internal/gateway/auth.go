@@ -3,7 +3,6 @@ package gateway
 import (
 	"crypto/subtle"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/agentapi"
@@ -13,12 +12,8 @@ import (
 // HeaderAccessToken carries the envd access token (E2B wire §1.4).
 const HeaderAccessToken = "X-Access-Token"
 
-// 401 messages of the agent's checks, made here (E2B wire §1.4, §3.7).
-const (
-	msgUnauthorized     = "unauthorized access, please provide a valid access token or method signing if supported"
-	msgInvalidSignature = "invalid signature"
-	msgExpired          = "signature is already expired"
-)
+// msgUnauthorized is envd's 401 message (E2B wire §1.4).
+var msgUnauthorized = filesig.ErrUnsigned.Error()
 
 // authorize checks the client's credential for a request to port of t the
 // way the agent of a secured sandbox did before the gateway took it over:
@@ -62,24 +57,8 @@ func authorizeFiles(r *http.Request, token string) (string, bool) {
 	if _, present := r.Header[HeaderAccessToken]; present {
 		return msgUnauthorized, equal(r.Header.Get(HeaderAccessToken), token)
 	}
-	q := r.URL.Query()
-	sig := q.Get("signature")
-	if sig == "" {
-		return msgUnauthorized, false
-	}
-	var exp int64
-	if raw := q.Get("signature_expiration"); raw != "" {
-		v, err := strconv.ParseInt(raw, 10, 64)
-		if err != nil {
-			return msgInvalidSignature, false
-		}
-		exp = v
-	}
-	if !filesig.Valid(sig, q.Get("path"), op, q.Get("username"), token, exp) {
-		return msgInvalidSignature, false
-	}
-	if exp != 0 && exp < time.Now().Unix() {
-		return msgExpired, false
+	if err := filesig.CheckQuery(r.URL.Query(), op, token, time.Now()); err != nil {
+		return err.Error(), false
 	}
 	return "", true
 }
