@@ -2,12 +2,18 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/runtime"
 	"github.com/cubby-dev/cubby/internal/runtime/ocicli/ocitest"
@@ -69,6 +75,11 @@ func TestSnapshotFullGVisor(t *testing.T) {
 		}
 		if got := execIn(t, f.proc, "cat /home/user/file; hostname"); got != "kept\n"+f.id+"\n" {
 			t.Fatalf("fork files/hostname: %q", got)
+		}
+		// It runs the agent binary the image was taken with, pinned in the
+		// snapshot (a hard link here), whatever the server's is by then.
+		if src := agentSource(t, e, f.id); filepath.Dir(src) != filepath.Join(e.dir, "snapshots", sn.ID) || !sameFile(t, src, e.bin) {
+			t.Fatalf("fork runs agent %s, want the snapshot's pinned copy of %s", src, e.bin)
 		}
 	}
 }
@@ -137,4 +148,37 @@ func waitReady(tb testing.TB, sb benchSandbox) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// agentSource is the host file bind-mounted as the agent in sandbox id's bundle.
+func agentSource(t *testing.T, e *backendEnv, id string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(e.dir, "sandboxes", id, "bundle", "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(data, &spec); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range spec.Mounts {
+		if m.Destination == agentapi.AgentPath {
+			return m.Source
+		}
+	}
+	t.Fatalf("no agent mount in %s", id)
+	return ""
+}
+
+func sameFile(t *testing.T, a, b string) bool {
+	t.Helper()
+	sa, err := os.Stat(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := os.Stat(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return os.SameFile(sa, sb)
 }

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -226,7 +227,7 @@ func (b *Backend) writeBundle(req backend.CreateRequest, s *sandbox, rt runtime.
 		return err
 	}
 	mounts := []specs.Mount{{
-		Destination: agentPath, Type: "bind", Source: b.cfg.AgentBinary,
+		Destination: agentPath, Type: "bind", Source: cmp.Or(s.Agent, b.cfg.AgentBinary),
 		Options: []string{"bind", "ro", "nosuid", "nodev"},
 	}}
 	if req.CABundle != "" {

@@ -163,6 +163,10 @@ type sandbox struct {
 	// Layers are the snapshot layers between its disk and Lower (started from
 	// a snapshot), topmost first.
 	Layers []rootfs.Layer `json:"layers,omitempty"`
+	// Agent is the agent binary it runs when not Config.AgentBinary: the one
+	// a full snapshot it was restored from pinned (its memory runs that
+	// binary's code).
+	Agent string `json:"agent,omitempty"`
 	// Volumes are the volumes it mounts.
 	Volumes []backend.VolumeMount `json:"volumes,omitempty"`
 	// egress is the sandbox's egress policy (not persisted: it holds

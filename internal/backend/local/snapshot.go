@@ -1,10 +1,12 @@
 package local
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -13,6 +15,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/backend"
@@ -25,6 +29,7 @@ import (
 //	<SnapshotDir>/<snapID>/disk.img       the source's disk, captured (sparse)
 //	<SnapshotDir>/<snapID>/mnt/           disk.img mounted ro,nosuid,nodev while used
 //	<SnapshotDir>/<snapID>/checkpoint/    the runtime's memory image (full snapshots; read-only, shared by every restore)
+//	<SnapshotDir>/<snapID>/agent          the agent binary the memory image runs (full snapshots; a hard link when it can)
 //	<SnapshotDir>/<snapID>/snapshot.json  snapshotRecord
 //	<SnapshotDir>/.tmp-<snapID>/          a capture in progress (removed at start)
 //
@@ -36,6 +41,7 @@ import (
 const (
 	snapshotFile      = "snapshot.json"
 	snapshotImage     = "checkpoint"
+	snapshotAgent     = "agent"
 	snapshotMnt       = "mnt"
 	snapshotTmp       = ".tmp-"
 	maxSnapshotLayers = 32 // overlay lower layers a sandbox may stack (mount options fit a page)
@@ -62,6 +68,11 @@ type snapshotRecord struct {
 	// Volumes are the mount paths of the source's volumes; a full snapshot
 	// restores only with volumes at the same paths.
 	Volumes []string `json:"volumes,omitempty"`
+	// Agent is the agent binary of a full snapshot (its copy in the
+	// snapshot's directory): sandboxes restored from it run that one, not
+	// the server's current one (an upgrade would otherwise change the code
+	// under the restored memory).
+	Agent string `json:"agent,omitempty"`
 }
 
 // full reports whether rec holds memory and processes.
@@ -145,6 +156,9 @@ func (b *Backend) captureState(ctx context.Context, s *sandbox, staging string, 
 	if !ok {
 		return b.rootfs.Capture(ctx, b.disk(s), img, []string{agentapi.StateDir})
 	}
+	if err := pinFile(cmp.Or(s.Agent, b.cfg.AgentBinary), filepath.Join(staging, snapshotAgent)); err != nil {
+		return 0, fmt.Errorf("keep the agent binary: %w", err)
+	}
 	paused, err := sn.CheckpointRunning(ctx, s.ID, filepath.Join(staging, snapshotImage), func() error {
 		_, err := b.rootfs.CopyFrozen(ctx, b.disk(s), img)
 		return err
@@ -156,19 +170,50 @@ func (b *Backend) captureState(ctx context.Context, s *sandbox, staging string, 
 		return paused, err
 	}
 	rec.Mode, rec.AgentToken, rec.Volumes = backend.SnapshotFull, s.Init.AccessToken, volumePaths(s.Volumes)
+	rec.Agent = filepath.Join(b.snapshotDir(rec.ID), snapshotAgent)
 	return paused, nil
 }
 
-// allocatedTree is the disk space (allocated blocks) of the files below dir.
+// pinFile makes dst a hard link to src, or a read-only copy of it when they
+// are on different filesystems.
+func pinFile(src, dst string) error {
+	err := os.Link(src, dst)
+	if !errors.Is(err, unix.EXDEV) {
+		return err
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o555)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	if err == nil {
+		err = out.Sync()
+	}
+	return errors.Join(err, out.Close())
+}
+
+// allocatedTree is the disk space (allocated blocks) of the files below dir
+// that are its own: hard links (the agent binary pinned by a link) are
+// shared and not counted.
 func allocatedTree(dir string) (int64, error) {
 	var total int64
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
 			return err
 		}
-		n, err := rootfs.AllocatedBytes(p)
-		total += n
-		return err
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		if st.Nlink == 1 {
+			total += st.Blocks * 512
+		}
+		return nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("size of %s: %w", dir, err)
@@ -247,7 +292,7 @@ func (b *Backend) useSnapshot(s *sandbox, snapID string) (snapshotRecord, error)
 		return rec, fmt.Errorf("snapshot %s holds the memory of a %s sandbox with volumes at %q: "+
 			"start it under %s with volumes at the same paths: %w", snapID, rec.Runtime, rec.Volumes, rec.Runtime, backend.ErrInvalid)
 	}
-	s.Lower, s.Layers = rec.Lower, rec.Layers
+	s.Lower, s.Layers, s.Agent = rec.Lower, rec.Layers, rec.Agent
 	b.layerUsers[s.ID] = rec.Layers
 	return rec, nil
 }
