@@ -37,8 +37,11 @@ func (s *server) memoryImages(t *testing.T) map[string][]byte {
 	return out
 }
 
-// imagesHold reports which memory images hold needle.
+// imagesHold reports which memory images hold needle ("" never matches).
 func imagesHold(images map[string][]byte, needle string) []string {
+	if needle == "" {
+		return nil
+	}
 	var in []string
 	for f, data := range images {
 		if bytes.Contains(data, []byte(needle)) {
@@ -83,6 +86,9 @@ func TestForkMemoryBoundary(t *testing.T) {
 	}
 	srcAddr := strings.TrimSpace(asRoot(t, src, "awk 'END{print $1}' /etc/hosts").Out)
 	secrets := []string{src.AccessToken(), src.TrafficAccessToken()}
+	if secrets[0] == "" || secrets[1] == "" {
+		t.Fatalf("the source has no access or traffic token: %q", secrets)
+	}
 	srcLink := agentapi.LinkToken(src.AccessToken())
 	forks := s.forkOf(t, s.Key, src.ID(), 2)
 	// The forks' memory image (kept while they run): the agent's credential
@@ -164,6 +170,9 @@ func TestAgentMemoryHoldsNoClientToken(t *testing.T) {
 	}
 	resp.Body.Close()
 	sig := mustQuery(t, u, "signature")
+	if sbx.AccessToken() == "" || sbx.TrafficAccessToken() == "" {
+		t.Fatalf("the sandbox has no access or traffic token")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if _, err := sbx.Pause(ctx, nil); err != nil {
