@@ -86,8 +86,8 @@ func TestForkMemoryBoundary(t *testing.T) {
 	}
 	srcAddr := strings.TrimSpace(asRoot(t, src, "awk 'END{print $1}' /etc/hosts").Out)
 	secrets := []string{src.AccessToken(), src.TrafficAccessToken()}
-	if secrets[0] == "" || secrets[1] == "" {
-		t.Fatalf("the source has no access or traffic token: %q", secrets)
+	if secrets[0] == "" {
+		t.Fatal("the source has no access token")
 	}
 	srcLink := agentapi.LinkToken(src.AccessToken())
 	forks := s.forkOf(t, s.Key, src.ID(), 2)
@@ -170,8 +170,8 @@ func TestAgentMemoryHoldsNoClientToken(t *testing.T) {
 	}
 	resp.Body.Close()
 	sig := mustQuery(t, u, "signature")
-	if sbx.AccessToken() == "" || sbx.TrafficAccessToken() == "" {
-		t.Fatalf("the sandbox has no access or traffic token")
+	if sbx.AccessToken() == "" {
+		t.Fatal("the sandbox has no access token")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
