@@ -31,13 +31,14 @@ func newRunscBackend(t *testing.T) *backendEnv {
 }
 
 // memoryProbe starts, in sb, a shell holding a random value in memory only:
-// on SIGUSR1 it writes it with its hostname to /tmp/probe. It returns the
-// value.
-const memoryProbe = `nohup bash -c 'v=$(cat /proc/sys/kernel/random/uuid); trap "echo \$v \$(hostname) > /tmp/probe" USR1; while :; do sleep 0.05; done' >/dev/null 2>&1 & echo $! > /tmp/probe.pid`
+// on SIGUSR1 it writes it with its hostname to /tmp/probe. It returns once
+// the shell's trap is set.
+const memoryProbe = `rm -f /tmp/probe.ready; nohup bash -c 'v=$(cat /proc/sys/kernel/random/uuid); trap "echo \$v \$(hostname) > /tmp/probe" USR1; : > /tmp/probe.ready; while :; do sleep 0.05; done' >/dev/null 2>&1 & echo $! > /tmp/probe.pid
+for i in $(seq 400); do [ -e /tmp/probe.ready ] && break; sleep 0.05; done`
 
 func readProbe(t *testing.T, sb benchSandbox) string {
 	t.Helper()
-	return strings.TrimSpace(execIn(t, sb.proc, `rm -f /tmp/probe; kill -USR1 $(cat /tmp/probe.pid) && for i in $(seq 100); do [ -s /tmp/probe ] && break; sleep 0.05; done; cat /tmp/probe`))
+	return strings.TrimSpace(execIn(t, sb.proc, `rm -f /tmp/probe; kill -USR1 $(cat /tmp/probe.pid) && for i in $(seq 400); do [ -s /tmp/probe ] && break; sleep 0.05; done; cat /tmp/probe`))
 }
 
 // TestSnapshotFullGVisor: under gVisor a snapshot holds memory and processes:
