@@ -16,8 +16,8 @@ import (
 	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/runtime"
-	"github.com/cubby-dev/cubby/internal/runtime/ocicli/ocitest"
 	"github.com/cubby-dev/cubby/internal/runtime/runsc"
+	"github.com/cubby-dev/cubby/internal/runtime/runtimetest"
 )
 
 // newRunscBackend is a local backend under runsc with user namespaces on.
@@ -124,11 +124,11 @@ func BenchmarkSnapshotInterpreter(b *testing.B) {
 		wall, forks, _ := benchFork(b, e, src.id)
 		fork, perFork = append(fork, wall), forks/benchForks
 	}
-	b.ReportMetric(ocitest.MedianMs(held), "source-held-ms")
-	b.ReportMetric(ocitest.MedianMs(snap), "snapshot-ms")
+	b.ReportMetric(runtimetest.MedianMs(held), "source-held-ms")
+	b.ReportMetric(runtimetest.MedianMs(snap), "snapshot-ms")
 	b.ReportMetric(float64(image)/(1<<20), "snapshot-MiB")
-	b.ReportMetric(ocitest.MedianMs(restore), "create-from-snapshot-ms")
-	b.ReportMetric(ocitest.MedianMs(fork), "fork20-ms")
+	b.ReportMetric(runtimetest.MedianMs(restore), "create-from-snapshot-ms")
+	b.ReportMetric(runtimetest.MedianMs(fork), "fork20-ms")
 	b.ReportMetric(float64(perFork)/(1<<20), "disk-per-fork-MiB")
 }
 

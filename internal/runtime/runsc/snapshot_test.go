@@ -9,7 +9,7 @@ import (
 
 	"github.com/cubby-dev/cubby/internal/runtime"
 	"github.com/cubby-dev/cubby/internal/runtime/oci"
-	"github.com/cubby-dev/cubby/internal/runtime/ocicli/ocitest"
+	"github.com/cubby-dev/cubby/internal/runtime/runtimetest"
 )
 
 // TestCheckpointRunning: the container's memory image is written and, while
@@ -18,7 +18,7 @@ import (
 func TestCheckpointRunning(t *testing.T) {
 	ctx := context.Background()
 	e := setup(t)
-	sb := e.start(t, oci.Options{Args: ocitest.Shell(counterScript), CPUCount: 1})
+	sb := e.start(t, oci.Options{Args: runtimetest.Shell(counterScript), CPUCount: 1})
 	tok0, _ := waitCounter(t, sb, 3)
 	img := filepath.Join(e.Base, "image")
 	var during []int
