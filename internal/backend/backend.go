@@ -53,7 +53,12 @@ type CreateRequest struct {
 	Volumes []VolumeMount
 	// Snapshot is the ID of a snapshot (Backend.Snapshot) to start from: the
 	// sandbox gets the snapshot's files on a disk of its own (and RootfsDir is
-	// taken from the snapshot). "" = a fresh disk over RootfsDir.
+	// taken from the snapshot); from a SnapshotFull one it is restored with
+	// the snapshot's processes and memory (Start is not run again) and its
+	// agent re-initialised with Init, which then also sets its hostname.
+	// A full snapshot needs the runtime that took it and volumes at the same
+	// paths (else an error wrapping ErrInvalid). "" = a fresh disk over
+	// RootfsDir.
 	Snapshot string
 	// CABundle, when set, is a host PEM file bind-mounted read-only at
 	// agentapi.CABundlePath (extra CAs of a TLS-intercepting egress proxy).
@@ -107,7 +112,8 @@ const (
 	// without a working checkpoint (runc).
 	SnapshotFilesystem SnapshotMode = "filesystem"
 	// SnapshotFull: files, memory and processes; a sandbox started from it
-	// continues where the source was.
+	// continues where the source was, under its own identity. Taken under
+	// runtimes implementing runtime.Snapshotter (gVisor).
 	SnapshotFull SnapshotMode = "full"
 )
 
