@@ -165,6 +165,9 @@ type Service struct {
 	touchMu   sync.Mutex
 	lastTouch map[string]time.Time // API key ID -> last recorded use
 
+	snapMu   sync.Mutex
+	lastSnap time.Time // creation time of the last snapshot stamped (snapshotTime)
+
 	tstore         TemplateStore
 	builds         TemplateBuilds
 	pruneTemplates func()

@@ -106,7 +106,7 @@ func (s *Service) snapshot(ctx context.Context, id, caller, name string, interna
 		return store.Snapshot{}, err
 	}
 	sn := store.Snapshot{ID: info.ID, Team: sb.team, Name: name, SandboxID: id, TemplateID: src.TemplateID,
-		Mode: string(info.Mode), SizeBytes: info.SizeBytes, CreatedAt: time.Now().UTC().Truncate(time.Millisecond), Internal: internal}
+		Mode: string(info.Mode), SizeBytes: info.SizeBytes, CreatedAt: s.snapshotTime(), Internal: internal}
 	replaced, err := s.store.PutSnapshot(ctx, sn)
 	if err != nil {
 		s.dropSnapshotData(ctx, info.ID)
@@ -117,6 +117,22 @@ func (s *Service) snapshot(ctx context.Context, id, caller, name string, interna
 	}
 	s.log.Info("sandbox snapshotted", "sandbox", id, "snapshot", sn.ID, "bytes", sn.SizeBytes, "paused", info.Paused)
 	return sn, nil
+}
+
+// snapshotTime returns the creation time of a new snapshot: now, in whole
+// milliseconds (the stores keep milliseconds), and later than every snapshot
+// this service stamped before, so snapshots taken within one millisecond
+// still list newest first (the listing orders by creation time, then by ID,
+// which is random).
+func (s *Service) snapshotTime() time.Time {
+	s.snapMu.Lock()
+	defer s.snapMu.Unlock()
+	t := time.Now().UTC().Truncate(time.Millisecond)
+	if !t.After(s.lastSnap) {
+		t = s.lastSnap.Add(time.Millisecond)
+	}
+	s.lastSnap = t
+	return t
 }
 
 // dropSnapshotData deletes a snapshot in the backend (its data goes once no

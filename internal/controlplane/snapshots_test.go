@@ -3,6 +3,7 @@ package controlplane
 import (
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
@@ -74,6 +75,37 @@ func TestSnapshotRoutes(t *testing.T) {
 	}
 	if r := h.do("POST", "/sandboxes/"+kid+"/snapshots", nil); r.status != 409 {
 		t.Fatalf("snapshot of a paused sandbox: %d, want 409", r.status)
+	}
+}
+
+// TestSnapshotsNewestFirst: snapshots taken faster than the stores' clock
+// resolution (milliseconds; the fake backend snapshots at once) list in the
+// reverse order of their creation, across pages.
+func TestSnapshotsNewestFirst(t *testing.T) {
+	h := newHarness(t, Config{})
+	src := h.create(map[string]any{})
+	var ids []string
+	for range 20 {
+		var sn snapshotView
+		h.do("POST", "/sandboxes/"+src+"/snapshots", nil).json(t, &sn)
+		ids = append(ids, sn.SnapshotID)
+	}
+	var got []string
+	next := ""
+	for range len(ids) {
+		r := h.do("GET", "/snapshots?limit=3&nextToken="+next, nil)
+		var page []snapshotView
+		r.json(t, &page)
+		for _, sn := range page {
+			got = append(got, sn.SnapshotID)
+		}
+		if next = r.header.Get("X-Next-Token"); next == "" {
+			break
+		}
+	}
+	slices.Reverse(ids)
+	if !slices.Equal(got, ids) {
+		t.Fatalf("listed %v\nwant newest first %v", got, ids)
 	}
 }
 
