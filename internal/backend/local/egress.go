@@ -45,9 +45,10 @@ func (b *Backend) SetEgress(ctx context.Context, id string, p *policy.Policy) er
 		return errors.Join(fmt.Errorf("egress policy of %s: %w", id, err), b.applyEgress(ctx, s))
 	}
 	if needsCA(p) != hadCA && !s.Paused {
-		if err := b.agentClient(s, s.Init.AccessToken).Init(ctx, b.initFor(s)); err != nil {
+		if err := b.agentClient(s, s.agentToken()).Init(ctx, b.initFor(s)); err != nil {
 			return fmt.Errorf("egress CA of %s: %w", id, err)
 		}
+		s.Rekey = ""
 	}
 	return b.saveState(s)
 }

@@ -50,7 +50,7 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (inst b
 		ID: req.SandboxID, Runtime: rt.Name(), Lower: req.RootfsDir, CPUCount: req.CPUCount,
 		StartedAt: time.Now().UTC(), Init: req.Init, Volumes: req.Volumes,
 		NoInternet: req.NoInternet || req.Egress.BlocksAll(), egress: req.Egress, Start: req.Start,
-		Rootfs: filepath.Join(b.runDir(req.SandboxID), rootfs.RootfsName),
+		Rootfs: filepath.Join(b.runDir(req.SandboxID), rootfs.RootfsName), Link: true,
 	}
 	var snap snapshotRecord
 	if req.Snapshot != "" {
@@ -189,13 +189,14 @@ func (b *Backend) Reinit(ctx context.Context, id string, init agentapi.InitReque
 	if init.Timestamp.IsZero() {
 		init.Timestamp = time.Now().UTC()
 	}
-	token := s.Init.AccessToken
+	token := s.agentToken()
 	prev := s.Init
 	s.Init = init
 	if err := b.agentClient(s, token).Init(ctx, b.initFor(s)); err != nil {
 		s.Init = prev
 		return fmt.Errorf("reinit agent of %s: %w", id, err)
 	}
+	s.Rekey = ""
 	if err := b.saveState(s); err != nil {
 		return fmt.Errorf("reinit %s: %w", id, err)
 	}

@@ -176,6 +176,18 @@ type sandbox struct {
 	egressNow atomic.Pointer[policy.Policy] // egress, for readers that must not wait for mu
 	// Start is the template's start command, run again at each boot from disk.
 	Start *backend.StartCommand `json:"start,omitempty"`
+	// Link is true when Init.AccessToken is the agent's link credential
+	// (agentapi.LinkToken), as for every sandbox this server version starts;
+	// state written by an older server lacks it (see adoptCredential).
+	Link bool `json:"link,omitempty"`
+	// Rekey is the credential the agent of a sandbox adopted from an older
+	// server still accepts (the clients' access token) until rekey gives it
+	// its link credential; "" otherwise.
+	Rekey string `json:"rekey,omitempty"`
+	// MemoryHeldToken is true while s runs the memory of an agent that held
+	// the clients' access token (adopted from an older server, not restarted
+	// from disk since): its snapshots are taken without memory (mode filesystem).
+	MemoryHeldToken bool `json:"memoryHeldToken,omitempty"`
 
 	mu      sync.Mutex // serialises lifecycle operations on this sandbox
 	out     *sandboxlog.Output

@@ -216,6 +216,9 @@ func (b *Backend) Resume(ctx context.Context, id string) (backend.Instance, erro
 	if err := b.saveState(s); err != nil {
 		return backend.Instance{}, fmt.Errorf("resume %s: %w", id, err)
 	}
+	if err := b.rekey(ctx, s); err != nil {
+		b.log.Error("resumed sandbox keeps its old credential: gateway requests to it will be refused", "sandbox", id, "err", err)
+	}
 	if mode == backend.PauseCheckpoint {
 		_ = emptyDir(b.checkpointDir(id))
 	}
@@ -242,9 +245,10 @@ func (b *Backend) restart(ctx context.Context, s *sandbox, rt runtime.Runtime) (
 	if err := b.startContainer(ctx, s, rt); err != nil {
 		return err
 	}
-	if err := b.initAgent(ctx, s, s.Init.AccessToken); err != nil {
+	if err := b.initAgent(ctx, s, s.agentToken()); err != nil {
 		return fmt.Errorf("%w (sandbox output: %s)", err, b.outputTail(s.ID))
 	}
+	s.Rekey, s.MemoryHeldToken = "", false // a new agent process, initialised with its link credential
 	if err := b.runStart(ctx, s); err != nil {
 		return err
 	}

@@ -88,6 +88,7 @@ func (b *Backend) adopt(ctx context.Context, id string, c container, hasContaine
 	if hasContainer {
 		s.Runtime = c.rt.Name()
 	}
+	adoptCredential(s)
 	rootfs.Thaw(b.sandboxDir(id)) // a capture the server died in froze the disk
 	if err := b.reclaimIDs(ctx, s, hasContainer && alive(c.state)); err != nil {
 		return nil, fmt.Errorf("re-claim id range: %w", err)
@@ -129,6 +130,11 @@ func (b *Backend) adopt(ctx context.Context, id string, c container, hasContaine
 	if running {
 		if err := b.watchExit(s); err != nil {
 			b.log.Warn("cannot watch sandbox init", "sandbox", s.ID, "err", err)
+		}
+	}
+	if running && !s.Paused {
+		if err := b.rekey(ctx, s); err != nil {
+			b.log.Error("adopted sandbox keeps its old credential: gateway requests to it will be refused", "sandbox", s.ID, "err", err)
 		}
 	}
 	return s, nil

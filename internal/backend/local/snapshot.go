@@ -153,7 +153,7 @@ func (b *Backend) captureState(ctx context.Context, s *sandbox, staging string, 
 		return 0, err
 	}
 	sn, ok := rt.(runtime.Snapshotter)
-	if !ok {
+	if !ok || s.MemoryHeldToken {
 		return b.rootfs.Capture(ctx, b.disk(s), img, []string{agentapi.StateDir})
 	}
 	if err := pinFile(cmp.Or(s.Agent, b.cfg.AgentBinary), filepath.Join(staging, snapshotAgent)); err != nil {
@@ -169,7 +169,7 @@ func (b *Backend) captureState(ctx context.Context, s *sandbox, staging string, 
 	if err != nil {
 		return paused, err
 	}
-	rec.Mode, rec.AgentToken, rec.Volumes = backend.SnapshotFull, s.Init.AccessToken, volumePaths(s.Volumes)
+	rec.Mode, rec.AgentToken, rec.Volumes = backend.SnapshotFull, s.agentToken(), volumePaths(s.Volumes)
 	rec.Agent = filepath.Join(b.snapshotDir(rec.ID), snapshotAgent)
 	return paused, nil
 }
