@@ -14,6 +14,7 @@ type allocator struct {
 	gw          uint32
 	next        uint32
 	used        map[netip.Addr]string // address -> sandbox id
+	fixed       map[string]netip.Addr // id -> the address reserveLast set apart for it
 }
 
 func newAllocator(subnet netip.Prefix, gw netip.Addr) *allocator {
@@ -25,7 +26,33 @@ func newAllocator(subnet netip.Prefix, gw netip.Addr) *allocator {
 		gw:    u32(gw),
 		next:  base + 1,
 		used:  make(map[netip.Addr]string),
+		fixed: make(map[string]netip.Addr),
 	}
+}
+
+// reserveLast sets the last assignable address apart for id alone: take and
+// claim never give it to another id, and takeFixed gives it to id. A network
+// every server start creates anew (the egress proxy's) then never takes the
+// address of a sandbox to be adopted, whatever order they come in and
+// whichever server version started that sandbox.
+func (a *allocator) reserveLast(id string) netip.Addr {
+	addr := addr4(a.last)
+	a.last--
+	if a.next > a.last {
+		a.next = a.first
+	}
+	a.fixed[id] = addr
+	return addr
+}
+
+// takeFixed records id's reserved address as used and returns it; ok is
+// false when id has none.
+func (a *allocator) takeFixed(id string) (netip.Addr, bool) {
+	addr, ok := a.fixed[id]
+	if ok {
+		a.used[addr] = id
+	}
+	return addr, ok
 }
 
 // assignable reports whether a is a host address of the subnet other than the gateway.

@@ -46,6 +46,37 @@ func TestAllocator(t *testing.T) {
 	}
 }
 
+// TestAllocatorReserveLast: the reserved address goes to its id only, and
+// the first sandbox address stays the subnet's second host address (the one
+// a sandbox of an older server, which had no reserved address, may hold).
+func TestAllocatorReserveLast(t *testing.T) {
+	p := netip.MustParsePrefix("10.9.9.0/29") // hosts .1-.6, gateway .1
+	a := newAllocator(p, p.Addr().Next())
+	if r := a.reserveLast("_e"); r.String() != "10.9.9.6" {
+		t.Fatalf("reserved %s, want 10.9.9.6", r)
+	}
+	if !a.claim("old", netip.MustParseAddr("10.9.9.2")) {
+		t.Fatal("claim of .2 refused")
+	}
+	if a.claim("z", netip.MustParseAddr("10.9.9.6")) {
+		t.Fatal("claim of the reserved address accepted for another id")
+	}
+	if addr, ok := a.takeFixed("_e"); !ok || addr.String() != "10.9.9.6" {
+		t.Fatalf("takeFixed = %s %v", addr, ok)
+	}
+	for i := range 3 {
+		if addr, ok := a.take(string(rune('a' + i))); !ok || addr.String() == "10.9.9.6" {
+			t.Fatalf("take %d = %s %v", i, addr, ok)
+		}
+	}
+	if addr, ok := a.take("f"); ok {
+		t.Fatalf("take on full subnet gave %s", addr)
+	}
+	if _, ok := a.takeFixed("f"); ok {
+		t.Fatal("takeFixed for an id without a reservation")
+	}
+}
+
 func TestAllocatorSkipsRecentlyReleased(t *testing.T) {
 	p := netip.MustParsePrefix("10.9.0.0/24")
 	a := newAllocator(p, p.Addr().Next())

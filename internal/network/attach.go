@@ -66,7 +66,10 @@ func (m *Manager) reserve(id string) (netip.Addr, error) {
 	if _, ok := m.sbx[id]; ok {
 		return netip.Addr{}, fmt.Errorf("attach %s: %w", id, ErrAlreadyAttached)
 	}
-	addr, ok := m.alloc.take(id)
+	addr, ok := m.alloc.takeFixed(id)
+	if !ok {
+		addr, ok = m.alloc.take(id)
+	}
 	if !ok {
 		return netip.Addr{}, fmt.Errorf("attach %s in %s: %w", id, m.cfg.Subnet, ErrNoAddress)
 	}

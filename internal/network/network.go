@@ -160,13 +160,15 @@ func New(cfg Config, log *slog.Logger) (*Manager, error) {
 		return nil, fmt.Errorf("open rtnetlink socket: %w", err)
 	}
 	gw := cfg.Subnet.Addr().Next()
+	alloc := newAllocator(cfg.Subnet, gw)
+	alloc.reserveLast(EgressID)
 	return &Manager{
 		cfg:     cfg,
 		gateway: gw,
 		log:     log.With("component", "network", "bridge", cfg.Bridge),
 		host:    h,
 		sbx:     make(map[string]*sandbox),
-		alloc:   newAllocator(cfg.Subnet, gw),
+		alloc:   alloc,
 	}, nil
 }
 
