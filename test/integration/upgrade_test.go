@@ -45,13 +45,13 @@ func TestUpgradeRekeysAgents(t *testing.T) {
 			{name: "disk", template: "base", pause: true, keepMemory: &fs},
 		})
 	})
-	t.Run("runsc", func(t *testing.T) {
-		testUpgrade(t, old, "runsc", []upgradeCase{
-			{name: "running", template: "base"},
-			{name: "interpreter", template: "code-interpreter"},
-			{name: "checkpoint", template: "code-interpreter", pause: true},
-		})
-	})
+	// gVisor sandboxes of the previous release are not adoptable for
+	// network reasons, whatever their credential: one left running had its
+	// host link on the bridge, today's server routes it (IFF_NOARP, its own
+	// MAC) and gVisor's network stack keeps the gateway MAC it learnt by
+	// ARP, so the host cannot reach its agent; a checkpointed one fails to
+	// restore (runsc: "configuring network: AddProtocolAddress ...:
+	// duplicate address"). Only runc sandboxes are tested here.
 }
 
 func testUpgrade(t *testing.T, oldBin, rt string, cases []upgradeCase) {
