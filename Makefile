@@ -4,7 +4,7 @@ BIN     ?= bin/cubby
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/cubby-dev/cubby/internal/cli.Version=$(VERSION)
 
-.PHONY: all build generate web templates test test-host deps-test test-unit test-integration test-compat test-leaks test-k8s k8s-tools manifests quickstart bench fmt vet clean
+.PHONY: all build baseline generate web templates test test-host deps-test test-unit test-integration test-compat test-leaks test-k8s k8s-tools manifests quickstart bench fmt vet clean
 
 all: build
 
@@ -50,8 +50,15 @@ templates: build
 test-unit:
 	$(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v -e /test/ -e /sdk -e /examples/)
 
-test-integration: templates runsc runc
-	CUBBY_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m ./test/integration/... ./test/security/... ./test/cli/... ./test/mcp/... ./test/dashboard/... ./sdk/... ./examples/go/...
+## baseline: the cubby of the release before agents took a link credential instead of the clients' tokens (commit
+## BASELINE), built once from this repository's history; the upgrade test starts its sandboxes with it
+BASELINE     ?= 35c3766
+BASELINE_BIN := $(CURDIR)/.cache/baseline/$(BASELINE)/cubby
+baseline:
+	scripts/build-baseline.sh $(BASELINE) $(BASELINE_BIN)
+
+test-integration: templates runsc runc baseline
+	CUBBY_BIN=$(CURDIR)/$(BIN) CUBBY_BASELINE_BIN=$$(test -x $(BASELINE_BIN) && echo $(BASELINE_BIN)) $(GO) test -count=1 -timeout 20m ./test/integration/... ./test/security/... ./test/cli/... ./test/mcp/... ./test/dashboard/... ./sdk/... ./examples/go/...
 
 test-compat: templates
 	CUBBY_COMPAT_SKIP_BUILD=1 test/compat/run.sh --sdk all
