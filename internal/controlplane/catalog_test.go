@@ -12,26 +12,34 @@ import (
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/store"
+	"github.com/cubby-dev/cubby/internal/template"
 )
 
-// catalogResolver is a template resolver that also lists templates and logs.
-type catalogResolver struct {
-	StoreTemplates
-	logs map[string][]BuildLogLine // "<id>/<build>" -> lines
+// catalogSource is a TemplateSource of one template and its build logs.
+type catalogSource struct {
+	logs map[string][]template.BuildLogEntry // "<id>/<build>" -> lines
 }
 
-func (c catalogResolver) Templates(context.Context) ([]TemplateListing, error) {
-	return []TemplateListing{{ID: "tplbase1", BuildID: "abc123abc123", Aliases: []string{"base", "b"},
+func (c catalogSource) Get(ref string) (template.Info, error) {
+	return template.Info{}, fmt.Errorf("%s: %w", ref, template.ErrNotFound)
+}
+
+func (c catalogSource) List() ([]template.Info, error) {
+	return []template.Info{{ID: "tplbase1", BuildID: "abc123abc123", Aliases: []string{"base", "b"},
 		BuiltAt: time.Unix(1700000000, 0), SizeBytes: 42}}, nil
 }
 
-func (c catalogResolver) BuildLog(_ context.Context, id, build string) ([]BuildLogLine, error) {
+func (c catalogSource) BuildLog(id, build string) ([]template.BuildLogEntry, error) {
 	lines, ok := c.logs[id+"/"+build]
 	if !ok {
-		return nil, fmt.Errorf("%s/%s: %w", id, build, ErrTemplateNotFound)
+		return nil, fmt.Errorf("%s/%s: %w", id, build, template.ErrNotFound)
 	}
 	return lines, nil
 }
+
+// resolverOnly hides the TemplateCatalog of a resolver (as the cluster
+// mode's resolver has none).
+type resolverOnly struct{ TemplateResolver }
 
 func catalogServer(t *testing.T, tpl TemplateResolver) (*httptest.Server, string) {
 	t.Helper()
@@ -70,12 +78,12 @@ func getJSON(t *testing.T, srv *httptest.Server, key, path string, out any) int 
 }
 
 func TestListTemplatesAndBuildLogs(t *testing.T) {
-	lines := []BuildLogLine{
+	lines := []template.BuildLogEntry{
 		{Time: time.Unix(1, 0), Level: "info", Message: "one"},
 		{Time: time.Unix(2, 0), Level: "info", Message: "two"},
 		{Time: time.Unix(3, 0), Level: "warn", Message: "three"},
 	}
-	srv, key := catalogServer(t, catalogResolver{logs: map[string][]BuildLogLine{"tplbase1/abc123abc123": lines}})
+	srv, key := catalogServer(t, BuiltTemplates{Source: catalogSource{logs: map[string][]template.BuildLogEntry{"tplbase1/abc123abc123": lines}}})
 
 	var list []map[string]any
 	if code := getJSON(t, srv, key, "/templates", &list); code != 200 || len(list) != 1 {
@@ -130,7 +138,7 @@ func TestListTemplatesAndBuildLogs(t *testing.T) {
 		t.Errorf("wrong key: %d", code)
 	}
 
-	plain, key2 := catalogServer(t, StoreTemplates{})
+	plain, key2 := catalogServer(t, resolverOnly{harnessTemplates})
 	if code := getJSON(t, plain, key2, "/templates", &e); code != 501 {
 		t.Errorf("resolver without a catalog: %d %+v, want 501", code, e)
 	}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/secretbox"
 	"github.com/cubby-dev/cubby/internal/store"
 	"github.com/cubby-dev/cubby/internal/telemetry"
+	"github.com/cubby-dev/cubby/internal/template"
 )
 
 // fakeBackend is a test-only, in-memory backend.Backend (a mock: real sandboxes
@@ -351,6 +353,37 @@ func (f *fakeBackend) lastCreate() backend.CreateRequest {
 	return f.creates[len(f.creates)-1]
 }
 
+// harnessTemplates are the templates of the harness: the resolver production
+// uses (BuiltTemplates) over two built templates.
+var harnessTemplates = BuiltTemplates{Source: builtTemplates{
+	{ID: "tplbase1", Name: "base", Aliases: []string{"base", "base-alias"}, RootfsDir: "/rootfs/base", BuiltAt: time.Now()},
+	{ID: "tplci1", Name: "code-interpreter-v1", Aliases: []string{"code-interpreter-v1"}, RootfsDir: "/rootfs/ci", BuiltAt: time.Now()},
+}}
+
+// builtTemplates is a TemplateSource over fixed builds, one per template,
+// looked up as template.Manager looks them up (ID or alias, ":tag" ignored);
+// every build has the log "<id>/b1" of two lines.
+type builtTemplates []template.Info
+
+func (b builtTemplates) Get(ref string) (template.Info, error) {
+	name, _, _ := strings.Cut(ref, ":")
+	for _, i := range b {
+		if i.ID == name || slices.Contains(i.Aliases, name) {
+			return i, nil
+		}
+	}
+	return template.Info{}, fmt.Errorf("template %q: %w", ref, template.ErrNotFound)
+}
+
+func (b builtTemplates) List() ([]template.Info, error) { return b, nil }
+
+func (b builtTemplates) BuildLog(ref, buildID string) ([]template.BuildLogEntry, error) {
+	if _, err := b.Get(ref); err != nil || buildID != "b1" {
+		return nil, fmt.Errorf("%s/%s: %w", ref, buildID, template.ErrNotFound)
+	}
+	return []template.BuildLogEntry{{Time: time.Unix(1, 0), Level: "info", Message: "built " + ref}, {Time: time.Unix(2, 0), Level: "error", Message: "oops"}}, nil
+}
+
 // harness is a Service on a fresh store and fake backend behind an httptest server.
 type harness struct {
 	t       testing.TB
@@ -364,7 +397,7 @@ type harness struct {
 	cfg     Config
 	stopped bool
 	metrics *telemetry.Metrics // passed as Deps.Metrics when set before start
-	// Set before start to replace StoreTemplates and serve the template API.
+	// Set before start to replace harnessTemplates and serve the template API.
 	resolver TemplateResolver
 	tstore   TemplateStore
 	builds   TemplateBuilds
@@ -378,14 +411,6 @@ func newHarness(t testing.TB, cfg Config) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	for _, tp := range []store.Template{
-		{ID: "tplbase1", Name: "base", Aliases: []string{"base-alias"}, RootfsDir: "/rootfs/base", BuiltAt: time.Now()},
-		{ID: "tplci1", Name: "code-interpreter-v1", RootfsDir: "/rootfs/ci", BuiltAt: time.Now()},
-	} {
-		if err := st.PutTemplate(context.Background(), tp); err != nil {
-			t.Fatal(err)
-		}
-	}
 	h := &harness{t: t, store: st, fake: newFakeBackend(), dbPath: dbPath, cfg: cfg}
 	h.start()
 	key, created, err := h.svc.EnsureAPIKey(context.Background())
@@ -401,7 +426,7 @@ func (h *harness) start() {
 	h.t.Helper()
 	h.killed = make(chan string, 100)
 	killed := h.killed
-	var resolver TemplateResolver = StoreTemplates{Store: h.store}
+	var resolver TemplateResolver = harnessTemplates
 	if h.resolver != nil {
 		resolver = h.resolver
 	}

@@ -65,8 +65,3 @@ type Store interface {
 	GetIdempotency(ctx context.Context, scope, key string, since time.Time) (store.IdempotencyRecord, error)
 	PutIdempotency(ctx context.Context, r store.IdempotencyRecord, expired time.Time) error
 }
-
-// TemplateFinder looks templates up by ID, name or alias (store.Store.FindTemplate).
-type TemplateFinder interface {
-	FindTemplate(ctx context.Context, ref string) (store.Template, error)
-}

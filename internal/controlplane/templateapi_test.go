@@ -19,19 +19,9 @@ import (
 	"github.com/cubby-dev/cubby/internal/template"
 )
 
-// fakeTemplates is a TemplateStore and TemplateResolver over a fixed set.
-type fakeTemplates struct{ infos []template.Info }
+// fakeTemplates is a TemplateStore and TemplateSource over a fixed set.
+type fakeTemplates struct{ builtTemplates }
 
-func (f *fakeTemplates) Get(ref string) (template.Info, error) {
-	name, _, _ := strings.Cut(ref, ":")
-	for _, i := range f.infos {
-		if i.ID == name || i.Name == name {
-			return i, nil
-		}
-	}
-	return template.Info{}, fmt.Errorf("%s: %w", ref, template.ErrNotFound)
-}
-func (f *fakeTemplates) List() ([]template.Info, error) { return f.infos, nil }
 func (f *fakeTemplates) Builds(id string) ([]template.Info, error) {
 	i, err := f.Get(id)
 	return []template.Info{i}, err
@@ -43,27 +33,6 @@ func (f *fakeTemplates) RemoveTags(context.Context, string, []string) error { re
 func (f *fakeTemplates) Delete(context.Context, string) error               { return nil }
 func (f *fakeTemplates) SetPublic(_ context.Context, id string, _ bool) (template.Info, error) {
 	return f.Get(id)
-}
-
-func (f *fakeTemplates) Resolve(_ context.Context, ref string) (TemplateRef, error) {
-	i, err := f.Get(ref)
-	if err != nil {
-		return TemplateRef{}, fmt.Errorf("%w", ErrTemplateNotFound)
-	}
-	return TemplateRef{ID: i.ID, Alias: i.Name, RootfsDir: i.RootfsDir, User: i.User, Workdir: i.Workdir, Env: i.Env,
-		StartCmd: i.StartCmd, ReadyCmd: i.ReadyCmd, Team: i.Team, Public: i.Public}, nil
-}
-
-// Templates and BuildLog make fakeTemplates a TemplateCatalog: every
-// template has build "b1" with two log lines, an info and an error.
-func (f *fakeTemplates) Templates(context.Context) ([]TemplateListing, error) {
-	return nil, errors.New("the template service lists templates")
-}
-func (f *fakeTemplates) BuildLog(_ context.Context, ref, buildID string) ([]BuildLogLine, error) {
-	if _, err := f.Get(ref); err != nil || buildID != "b1" {
-		return nil, fmt.Errorf("%s/%s: %w", ref, buildID, ErrTemplateNotFound)
-	}
-	return []BuildLogLine{{Time: time.Unix(1, 0), Level: "info", Message: "built " + ref}, {Time: time.Unix(2, 0), Level: "error", Message: "oops"}}, nil
 }
 
 // fakeBuilds records uploads; builds are never started.
@@ -103,14 +72,14 @@ func templateHarness(t *testing.T, cfg Config) (*harness, *fakeBuilds) {
 	t.Helper()
 	h := newHarness(t, cfg)
 	h.stop()
-	ft := &fakeTemplates{infos: []template.Info{
+	ft := &fakeTemplates{builtTemplates{
 		{ID: template.IDFor("mine"), Name: "mine", Aliases: []string{"mine"}, Team: store.DefaultTeam, RootfsDir: "/rootfs/mine",
 			User: "app", Workdir: "/srv", Env: map[string]string{"A": "template", "B": "template"}, StartCmd: "serve", ReadyCmd: "check"},
 		{ID: template.IDFor("theirs"), Name: "theirs", Aliases: []string{"theirs"}, Team: "other", RootfsDir: "/rootfs/theirs"},
 		{ID: template.IDFor("base"), Name: "base", Aliases: []string{"base"}, RootfsDir: "/rootfs/base"},
 	}}
 	fb := &fakeBuilds{uploads: map[string]string{}}
-	h.resolver, h.tstore, h.builds = ft, ft, fb
+	h.resolver, h.tstore, h.builds = BuiltTemplates{Source: ft}, ft, fb
 	h.start()
 	return h, fb
 }

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/cubby-dev/cubby/internal/store"
+	"github.com/cubby-dev/cubby/internal/template"
 )
 
 // ErrTemplateNotFound is returned (wrapped) by a TemplateResolver for an unknown
@@ -46,25 +46,65 @@ type TemplateResolver interface {
 	Resolve(ctx context.Context, idOrAlias string) (TemplateRef, error)
 }
 
-// StoreTemplates resolves templates from the store's templates table (ID, name
-// or alias; see store.FindTemplate).
-type StoreTemplates struct {
-	Store TemplateFinder
+// TemplateSource is what the control plane reads of the built templates of
+// one host (*template.Manager): a build by ID, name or alias with an optional
+// ":tag", every template, and a build's log. Errors of unknown references wrap
+// template.ErrNotFound.
+type TemplateSource interface {
+	Get(ref string) (template.Info, error)
+	List() ([]template.Info, error)
+	BuildLog(idOrAlias, buildID string) ([]template.BuildLogEntry, error)
 }
 
-// Resolve implements TemplateResolver. Alias is the reference itself when it was
-// not the ID, else the template's name.
-func (t StoreTemplates) Resolve(ctx context.Context, idOrAlias string) (TemplateRef, error) {
-	tpl, err := t.Store.FindTemplate(ctx, idOrAlias)
-	if errors.Is(err, store.ErrNotFound) {
+// BuiltTemplates resolves templates from the built templates of this host,
+// the one record of them (their trees and image configs on disk; the template
+// API and builds change them there). It implements TemplateResolver and
+// TemplateCatalog.
+type BuiltTemplates struct {
+	Source TemplateSource
+}
+
+// Resolve implements TemplateResolver: Alias is the template's name (its
+// first alias), whichever of its references was given.
+func (t BuiltTemplates) Resolve(_ context.Context, idOrAlias string) (TemplateRef, error) {
+	info, err := t.Source.Get(idOrAlias)
+	if errors.Is(err, template.ErrNotFound) {
 		return TemplateRef{}, fmt.Errorf("template %q: %w", idOrAlias, ErrTemplateNotFound)
 	}
 	if err != nil {
 		return TemplateRef{}, fmt.Errorf("resolve template %q: %w", idOrAlias, err)
 	}
-	alias := tpl.Name
-	if idOrAlias != tpl.ID {
-		alias = idOrAlias
+	return TemplateRef{ID: info.ID, Alias: info.Name, RootfsDir: info.RootfsDir, Runtime: info.Runtime,
+		User: info.User, Workdir: info.Workdir, Env: info.Env, StartCmd: info.StartCmd, ReadyCmd: info.ReadyCmd,
+		Team: info.Team, Public: info.Public}, nil
+}
+
+// Templates implements TemplateCatalog: every built template, sorted by name.
+func (t BuiltTemplates) Templates(context.Context) ([]TemplateListing, error) {
+	infos, err := t.Source.List()
+	if err != nil {
+		return nil, fmt.Errorf("list templates: %w", err)
 	}
-	return TemplateRef{ID: tpl.ID, Alias: alias, RootfsDir: tpl.RootfsDir}, nil
+	out := make([]TemplateListing, 0, len(infos))
+	for _, info := range infos {
+		out = append(out, TemplateListing{ID: info.ID, BuildID: info.BuildID,
+			Aliases: info.Aliases, BuiltAt: info.BuiltAt, SizeBytes: info.SizeBytes})
+	}
+	return out, nil
+}
+
+// BuildLog implements TemplateCatalog.
+func (t BuiltTemplates) BuildLog(_ context.Context, idOrAlias, buildID string) ([]BuildLogLine, error) {
+	entries, err := t.Source.BuildLog(idOrAlias, buildID)
+	if errors.Is(err, template.ErrNotFound) {
+		return nil, fmt.Errorf("template %q build %q: %w", idOrAlias, buildID, ErrTemplateNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("template %q build %q: %w", idOrAlias, buildID, err)
+	}
+	out := make([]BuildLogLine, 0, len(entries))
+	for _, e := range entries {
+		out = append(out, BuildLogLine{Time: e.Time, Level: e.Level, Message: e.Message})
+	}
+	return out, nil
 }

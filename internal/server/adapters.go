@@ -8,7 +8,6 @@ import (
 
 	"github.com/cubby-dev/cubby/internal/controlplane"
 	"github.com/cubby-dev/cubby/internal/gateway"
-	"github.com/cubby-dev/cubby/internal/store"
 	"github.com/cubby-dev/cubby/internal/telemetry"
 	"github.com/cubby-dev/cubby/internal/template"
 )
@@ -51,48 +50,6 @@ func buildDefinition(ctx context.Context, b *template.Builder, def template.Defi
 	})
 }
 
-// templateResolver resolves template IDs and aliases for the control plane from the
-// template manager (the built trees on disk) and records them in the store.
-type templateResolver struct {
-	m     *template.Manager
-	store templateRecorder
-}
-
-// templateRecorder records built templates (the SQLite and PostgreSQL stores).
-type templateRecorder interface {
-	PutTemplate(ctx context.Context, t store.Template) error
-}
-
-func (r *templateResolver) Resolve(ctx context.Context, idOrAlias string) (controlplane.TemplateRef, error) {
-	info, err := r.m.Get(idOrAlias)
-	if errors.Is(err, template.ErrNotFound) {
-		return controlplane.TemplateRef{}, fmt.Errorf("template %q: %w", idOrAlias, controlplane.ErrTemplateNotFound)
-	}
-	if err != nil {
-		return controlplane.TemplateRef{}, err
-	}
-	return controlplane.TemplateRef{ID: info.ID, Alias: info.Name, RootfsDir: info.RootfsDir, Runtime: info.Runtime,
-		User: info.User, Workdir: info.Workdir, Env: info.Env, StartCmd: info.StartCmd, ReadyCmd: info.ReadyCmd,
-		Team: info.Team, Public: info.Public}, nil
-}
-
-// sync records every built template in the store.
-func (r *templateResolver) sync(ctx context.Context) error {
-	infos, err := r.m.List()
-	if err != nil {
-		return fmt.Errorf("list templates: %w", err)
-	}
-	for _, info := range infos {
-		if err := r.store.PutTemplate(ctx, store.Template{
-			ID: info.ID, Name: info.Name, Aliases: info.Aliases, Digest: info.Digest,
-			RootfsDir: info.RootfsDir, BuiltAt: info.BuiltAt, SizeBytes: info.SizeBytes,
-		}); err != nil {
-			return fmt.Errorf("record template %s: %w", info.Name, err)
-		}
-	}
-	return nil
-}
-
 // routes adapts the control plane's in-memory sandbox table to the gateway.
 type routes struct{ cp *controlplane.Service }
 
@@ -127,34 +84,4 @@ func (r routes) Targets() []gateway.Target {
 		out = append(out, target(rt.ID, rt.Route))
 	}
 	return out
-}
-
-// Templates lists the built templates for GET /templates (controlplane.TemplateCatalog).
-func (r *templateResolver) Templates(context.Context) ([]controlplane.TemplateListing, error) {
-	infos, err := r.m.List()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]controlplane.TemplateListing, 0, len(infos))
-	for _, info := range infos {
-		out = append(out, controlplane.TemplateListing{ID: info.ID, BuildID: info.BuildID,
-			Aliases: info.Aliases, BuiltAt: info.BuiltAt, SizeBytes: info.SizeBytes})
-	}
-	return out, nil
-}
-
-// BuildLog reads a template build's log (controlplane.TemplateCatalog).
-func (r *templateResolver) BuildLog(_ context.Context, idOrAlias, buildID string) ([]controlplane.BuildLogLine, error) {
-	entries, err := r.m.BuildLog(idOrAlias, buildID)
-	if errors.Is(err, template.ErrNotFound) {
-		return nil, fmt.Errorf("template %q build %q: %w", idOrAlias, buildID, controlplane.ErrTemplateNotFound)
-	}
-	if err != nil {
-		return nil, err
-	}
-	out := make([]controlplane.BuildLogLine, 0, len(entries))
-	for _, e := range entries {
-		out = append(out, controlplane.BuildLogLine{Time: e.Time, Level: e.Level, Message: e.Message})
-	}
-	return out, nil
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/backend/kube"
 	"github.com/cubby-dev/cubby/internal/controlplane"
-	"github.com/cubby-dev/cubby/internal/store"
 	"github.com/cubby-dev/cubby/internal/store/postgres"
 	"github.com/cubby-dev/cubby/internal/telemetry"
 	"github.com/cubby-dev/cubby/internal/template"
@@ -147,10 +146,7 @@ func startCluster(ctx context.Context, cfg Config, log *slog.Logger) (*app, erro
 		return nil, err
 	}
 	a.closers = append(a.closers, func() { _ = kb.Close() })
-	resolver, err := newImageTemplates(ctx, cfg.Kube.Images, st)
-	if err != nil {
-		return nil, err
-	}
+	resolver := newImageTemplates(cfg.Kube.Images)
 	a.health = newHealthCheck(st.Ping, kb.Healthy)
 	var cp *controlplane.Service
 	deps := controlplane.Deps{Store: st, Backend: kb, Templates: resolver, Health: a.health.err}
@@ -216,35 +212,26 @@ func warnNoKeys(ctx context.Context, cfg Config, st *postgres.Store, log *slog.L
 
 // imageTemplates resolves the templates of the cluster mode: each configured
 // name (its ID is template.IDFor(name); a built-in's aliases name it too)
-// runs its configured image.
+// runs its configured image. Every replica is given the same images (the
+// chart's values), so the configuration is the one record of them.
 type imageTemplates struct {
 	byRef map[string]controlplane.TemplateRef // by name and by ID
 }
 
-// newImageTemplates records the configured templates in the store and
-// returns their resolver.
-func newImageTemplates(ctx context.Context, images map[string]string, st templateRecorder) (*imageTemplates, error) {
+// newImageTemplates returns the resolver of the configured templates.
+func newImageTemplates(images map[string]string) *imageTemplates {
 	t := &imageTemplates{byRef: map[string]controlplane.TemplateRef{}}
-	for name, image := range images {
+	for name := range images {
 		ref := controlplane.TemplateRef{ID: template.IDFor(name), Alias: name}
-		aliases := []string{name}
+		t.byRef[name] = ref
 		if def, ok := template.Builtin(name); ok {
-			aliases = append(aliases, def.Aliases...) // e.g. code-interpreter-v1, the official SDKs' default
-		}
-		for _, a := range aliases {
-			t.byRef[a] = ref
+			for _, a := range def.Aliases { // e.g. code-interpreter-v1, the official SDKs' default
+				t.byRef[a] = ref
+			}
 		}
 		t.byRef[ref.ID] = ref
-		digest := ""
-		if _, d, ok := strings.Cut(image, "@"); ok {
-			digest = d
-		}
-		if err := st.PutTemplate(ctx, store.Template{ID: ref.ID, Name: name, Aliases: aliases, Digest: digest,
-			RootfsDir: image, BuiltAt: time.Now()}); err != nil {
-			return nil, fmt.Errorf("record template %s: %w", name, err)
-		}
 	}
-	return t, nil
+	return t
 }
 
 // Resolve implements controlplane.TemplateResolver.

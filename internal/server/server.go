@@ -417,12 +417,8 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 	if a.builds, err = a.newBuilds(ctx, cfg, builder); err != nil {
 		return nil, err
 	}
-	resolver := &templateResolver{m: a.templates, store: st}
-	if err := resolver.sync(ctx); err != nil {
-		return nil, err
-	}
 	cp, err := a.startControl(ctx, cfg, controlDeps{secrets: secrets, outbound: ob, deps: controlplane.Deps{
-		Store: st, Backend: b, Templates: resolver, Sealer: sealer,
+		Store: st, Backend: b, Templates: controlplane.BuiltTemplates{Source: a.templates}, Sealer: sealer,
 		TemplateStore: a.templates, Builds: a.builds, PruneTemplates: func() { go a.prune() },
 	}})
 	if err != nil {

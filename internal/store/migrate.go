@@ -144,6 +144,10 @@ func migrations() []string {
 		PRIMARY KEY (scope, key)
 	);
 	CREATE INDEX idempotency_keys_created ON idempotency_keys (created_at);`,
+		// 10: templates are recorded only by the template manager (their trees
+		// and image configs in the templates directory) or, in the cluster
+		// mode, by the replicas' configuration; nothing read this copy.
+		`DROP TABLE templates;`,
 	}
 }
 

@@ -1,5 +1,6 @@
 // Package store persists Cubby's control-plane state in SQLite (modernc.org/sqlite,
-// pure Go): sandbox records, API keys and templates. The database runs in WAL mode
+// pure Go): sandbox records, API keys, teams, secrets, snapshots,
+// volumes and template builds. The database runs in WAL mode
 // with a busy timeout so the server and CLI commands can share it, and its schema
 // is versioned with PRAGMA user_version (see migrations).
 //

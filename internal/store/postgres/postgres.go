@@ -1,7 +1,7 @@
 // Package postgres is the PostgreSQL implementation of Cubby's record store
 // (the contract of package store, checked by store/storetest), for several
 // `cubby serve` replicas sharing one database: sandbox records, API keys,
-// teams and templates. It speaks to the server through pgx (pgxpool) and
+// teams, secrets, snapshots, volumes and template builds. It speaks to the server through pgx (pgxpool) and
 // versions its schema with goose (embedded migrations/*.sql, applied under a
 // PostgreSQL advisory lock so replicas starting together migrate once).
 //
@@ -22,6 +22,8 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
+
+	"github.com/cubby-dev/cubby/internal/store"
 )
 
 //go:embed migrations/*.sql
@@ -128,3 +130,14 @@ func fromNull(t *time.Time) time.Time {
 
 // errNotFound reports whether err is "no rows".
 func errNotFound(err error) bool { return errors.Is(err, pgxNoRows) }
+
+// notFound maps "no rows" to store.ErrNotFound with context.
+func notFound(err error, what string) error {
+	switch {
+	case err == nil:
+		return nil
+	case errNotFound(err):
+		return fmt.Errorf("%s: %w", what, store.ErrNotFound)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}

@@ -2,7 +2,7 @@
 // implementation of the store contract (the SQLite store in package store, the
 // PostgreSQL store in store/postgres) runs Run against a fresh, empty store and
 // must pass the same tests: record round trips, state transitions and their
-// races, listing and cursors, API keys, teams (tenancy), templates, and the
+// races, listing and cursors, API keys, teams (tenancy), and the
 // secrets a killed sandbox must lose, team secrets and network credentials,
 // snapshots, volumes and template builds.
 package storetest
@@ -17,18 +17,12 @@ import (
 )
 
 // Store is the store contract the suite checks: what the control plane keeps
-// (controlplane.Store), the teams, templates and template builds the server
+// (controlplane.Store), the teams and template builds the server
 // and builds.Service keep, and Ping. Errors wrap store.ErrNotFound and
 // store.ErrConflict as documented on package store's methods.
 type Store interface {
 	controlplane.Store
 	ListTeams(ctx context.Context) ([]store.Team, error)
-
-	PutTemplate(ctx context.Context, t store.Template) error
-	GetTemplate(ctx context.Context, id string) (store.Template, error)
-	FindTemplate(ctx context.Context, ref string) (store.Template, error)
-	ListTemplates(ctx context.Context) ([]store.Template, error)
-	DeleteTemplate(ctx context.Context, id string) error
 
 	InsertTemplateBuild(ctx context.Context, b store.TemplateBuild) error
 	GetTemplateBuild(ctx context.Context, id string) (store.TemplateBuild, error)
@@ -56,7 +50,6 @@ var tests = []struct {
 	{"ListFiltersAndCursor", testListFiltersAndCursor},
 	{"APIKeys", testAPIKeys},
 	{"Teams", testTeams},
-	{"Templates", testTemplates},
 	{"KilledDropsSecrets", testKilledDropsSecrets},
 	{"SecretRecords", testSecretRecords},
 	{"SetNetworkAndKillDropsCredentials", testSetNetwork},
