@@ -38,12 +38,14 @@ type Config struct {
 	Builder *template.Builder
 	// Dir holds the uploads of COPY steps: uploads/<templateID>/<hash>.
 	Dir string
-	// MaxConcurrent is how many builds run at once; default 1 (a build uses
-	// CPU and disk heavily; later ones wait with status "waiting").
+	// MaxConcurrent is how many builds run at once (a build uses CPU and
+	// disk heavily; later ones wait with status "waiting"). Required
+	// (server.Config.BuildConcurrency).
 	MaxConcurrent int
 	// MaxUploadBytes bounds one COPY upload; default 10 GiB.
 	MaxUploadBytes int64
 	// DefaultCPU and DefaultMemoryMB apply when a request names none.
+	// Required (the server's sandbox defaults).
 	DefaultCPU, DefaultMemoryMB int
 	// OnDone is called (may be nil) when a build ends: err is nil once it is
 	// published.
@@ -68,17 +70,11 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Store == nil || cfg.Manager == nil || cfg.Builder == nil || cfg.Dir == "" {
 		return nil, errors.New("builds: store, manager, builder and dir are required")
 	}
-	if cfg.MaxConcurrent <= 0 {
-		cfg.MaxConcurrent = 1
+	if cfg.MaxConcurrent <= 0 || cfg.DefaultCPU <= 0 || cfg.DefaultMemoryMB <= 0 {
+		return nil, errors.New("builds: MaxConcurrent, DefaultCPU and DefaultMemoryMB are required")
 	}
 	if cfg.MaxUploadBytes <= 0 {
 		cfg.MaxUploadBytes = 10 << 30
-	}
-	if cfg.DefaultCPU <= 0 {
-		cfg.DefaultCPU = 2
-	}
-	if cfg.DefaultMemoryMB <= 0 {
-		cfg.DefaultMemoryMB = 1024
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)

@@ -28,7 +28,8 @@ func newService(t *testing.T) *Service {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{Store: st, Manager: m, Builder: b, Dir: filepath.Join(dir, "builds")})
+	s, err := New(Config{Store: st, Manager: m, Builder: b, Dir: filepath.Join(dir, "builds"),
+		MaxConcurrent: 1, DefaultCPU: 2, DefaultMemoryMB: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,12 +11,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cubby-dev/cubby/internal/server"
 	"github.com/cubby-dev/cubby/sdk"
 )
 
 // defaultServerURL is where `cubby serve` listens by default; the client
 // commands use it when neither E2B_API_URL/--api-url nor E2B_DOMAIN is set.
-const defaultServerURL = "http://127.0.0.1:3000"
+const defaultServerURL = "http://" + server.DefaultListen
 
 // keepAliveEvery and keepAliveFor: while a shell, exec or run is attached, the
 // sandbox's deadline is pushed to at least now+keepAliveFor every

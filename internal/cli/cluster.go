@@ -13,24 +13,25 @@ import (
 // when --store is not given (the Helm chart sets it from a Secret).
 const storeEnv = "CUBBY_STORE"
 
-// kubeFlags are the repeatable NAME=VALUE flags of the cluster mode, parsed
-// into server.KubeConfig by apply.
+// kubeFlags are the repeatable NAME=VALUE flags of the cluster mode and
+// --user-namespaces, parsed into server.KubeConfig by apply.
 type kubeFlags struct {
 	images, runtimeClasses, replicaSelector []string
+	userNamespaces                          bool
 }
 
 // addClusterFlags declares `serve`'s flags of --backend kubernetes.
-func addClusterFlags(cmd *cobra.Command, cfg *server.Config, kf *kubeFlags) {
+func addClusterFlags(cmd *cobra.Command, cfg *server.Config, kf *kubeFlags, d server.Config) {
 	f := cmd.Flags()
 	k := &cfg.Kube
-	f.StringVar(&cfg.Backend, "backend", server.BackendLocal, "what runs sandboxes: local (this host) or kubernetes (a Pod per sandbox; run several replicas)")
+	f.StringVar(&cfg.Backend, "backend", d.Backend, "what runs sandboxes: local (this host) or kubernetes (a Pod per sandbox; run several replicas)")
 	f.StringVar(&cfg.Store, "store", "", "record store: empty = SQLite in --data-dir; postgres://… = PostgreSQL shared by replicas (required by --backend kubernetes; default $"+storeEnv+")")
 	f.StringVar(&k.Kubeconfig, "kubeconfig", "", "kubeconfig file (kubernetes backend; default: in-cluster config, else $KUBECONFIG)")
 	f.StringVar(&k.Namespace, "namespace", "", "namespace of the sandbox Pods (default: the replica's own, else default)")
 	f.StringArrayVar(&kf.images, "template-image", nil, "NAME=IMAGE: the OCI image sandboxes of template NAME run (cubby template export builds one; repeatable)")
 	f.StringArrayVar(&kf.runtimeClasses, "runtime-class", nil, "RUNTIME=CLASS: the RuntimeClass of sandboxes of runtime default, runc or runsc (repeatable)")
-	f.BoolVar(&k.UserNamespaces, "user-namespaces", true, "run sandbox Pods in user namespaces (hostUsers: false; the nodes' runtime must support it)")
-	f.StringVar(&k.ImagePullPolicy, "image-pull-policy", "IfNotPresent", "pull policy of sandbox images: Always, IfNotPresent or Never")
+	f.BoolVar(&kf.userNamespaces, "user-namespaces", !d.Kube.HostUsers, "run sandbox Pods in user namespaces (hostUsers: false; the nodes' runtime must support it)")
+	f.StringVar(&k.ImagePullPolicy, "image-pull-policy", d.Kube.ImagePullPolicy, "pull policy of sandbox images: Always, IfNotPresent or Never")
 	f.DurationVar(&k.PendingTimeout, "pending-timeout", 0, "a sandbox Pod not running by then is deleted and its create fails (default 2m)")
 	f.StringSliceVar(&k.DNS, "sandbox-dns", nil, "nameservers of sandbox Pods, which do not see the cluster's DNS (default 1.1.1.1,8.8.8.8)")
 	f.StringSliceVar(&k.EgressExcept, "egress-except", nil, "CIDRs sandboxes with internet access still cannot reach (default: private, shared, loopback, link-local and multicast ranges)")
@@ -45,6 +46,7 @@ func addClusterFlags(cmd *cobra.Command, cfg *server.Config, kf *kubeFlags) {
 
 // apply parses the repeatable flags into k.
 func (kf kubeFlags) apply(k *server.KubeConfig) error {
+	k.HostUsers = !kf.userNamespaces
 	var err error
 	if k.Images, err = pairs("--template-image", kf.images); err != nil {
 		return err
@@ -60,8 +62,12 @@ func (kf kubeFlags) apply(k *server.KubeConfig) error {
 	return err
 }
 
-// pairs parses KEY=VALUE flag values; a key given twice is an error.
+// pairs parses KEY=VALUE flag values (nil for none); a key given twice is
+// an error.
 func pairs(flag string, vals []string) (map[string]string, error) {
+	if len(vals) == 0 {
+		return nil, nil
+	}
 	out := map[string]string{}
 	for _, v := range vals {
 		k, val, ok := strings.Cut(v, "=")

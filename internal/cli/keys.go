@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cubby-dev/cubby/internal/controlplane"
+	"github.com/cubby-dev/cubby/internal/server"
 	"github.com/cubby-dev/cubby/internal/store"
 	"github.com/cubby-dev/cubby/internal/store/postgres"
 )
@@ -58,7 +59,7 @@ can neither see nor touch it, and limits (cubby serve --team-max-*) count per te
 Replicas of --backend kubernetes share their keys in PostgreSQL: pass the same
 --store postgres://… instead of --data-dir, from anywhere that reaches it.`,
 	}
-	cmd.PersistentFlags().StringVar(&loc.dataDir, "data-dir", "/var/lib/cubby", "server data directory (holds cubby.db)")
+	cmd.PersistentFlags().StringVar(&loc.dataDir, "data-dir", server.DefaultDataDir, "server data directory (holds cubby.db)")
 	cmd.PersistentFlags().StringVar(&loc.store, "store", "", "the servers' PostgreSQL (postgres://…), as given to cubby serve --store (default $"+storeEnv+"); replaces --data-dir")
 	cmd.AddCommand(newKeysCreateCmd(&loc), newKeysListCmd(&loc), newKeysRevokeCmd(&loc))
 	return cmd

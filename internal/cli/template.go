@@ -23,7 +23,7 @@ const (
 func newTemplateCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "template", Short: "Build and list sandbox templates"}
 	var dataDir, templatesDir string
-	cmd.PersistentFlags().StringVar(&dataDir, "data-dir", "/var/lib/cubby", "server data directory")
+	cmd.PersistentFlags().StringVar(&dataDir, "data-dir", server.DefaultDataDir, "server data directory")
 	cmd.PersistentFlags().StringVar(&templatesDir, "templates-dir", "", "directory of built templates (default <data-dir>/templates)")
 	dir := func() string {
 		if templatesDir != "" {
@@ -38,7 +38,7 @@ func newTemplateCmd() *cobra.Command {
 func newTemplateBuildCmd(dataDir *string, dir func() string) *cobra.Command {
 	var cfg server.Config
 	var subnet string
-	var force, asJSON bool
+	var force, asJSON, userns bool
 	build := &cobra.Command{
 		Use:   "build <dir|name>",
 		Short: "Build a template from a directory with cubby-template.yaml, or a built-in by name",
@@ -59,7 +59,7 @@ and subnet. Progress is printed as the steps run.`,
 			if err != nil {
 				return fmt.Errorf("--subnet: %w", err)
 			}
-			cfg.Subnet, cfg.DataDir, cfg.TemplatesDir = p, *dataDir, dir()
+			cfg.Subnet, cfg.DataDir, cfg.TemplatesDir, cfg.DisableUserns = p, *dataDir, dir(), !userns
 			sa, err := server.NewStandalone(cmd.Context(), cfg, logger(cmd, false))
 			if err != nil {
 				return err
@@ -83,10 +83,10 @@ and subnet. Progress is printed as the steps run.`,
 	f.StringVar(&cfg.Bridge, "bridge", buildBridge, "host bridge of the build sandboxes")
 	f.StringVar(&subnet, "subnet", buildSubnet, "address range of the build sandboxes")
 	f.StringVar(&cfg.RuncBinary, "runc", "", "runc binary (default: runc next to the cubby binary, built by `make runc`, else on PATH)")
-	f.BoolVar(&cfg.Userns, "userns", true, "run build steps in their own user namespace, as `cubby serve` runs sandboxes (--userns=false: root inside is host root)")
+	f.BoolVar(&userns, "userns", !server.Defaults().DisableUserns, "run build steps in their own user namespace, as `cubby serve` runs sandboxes (--userns=false: root inside is host root)")
 	f.StringVar(&cfg.RunscBinary, "runsc", "", "gVisor runsc binary (for templates with runtime: runsc)")
 	f.StringVar(&cfg.RegistryMirror, "registry-mirror", "", "serve Docker Hub images from this registry (host:port or http://host:port)")
-	f.StringVar(&cfg.OutboundCA, "outbound-ca", "host", `CA bundle build steps trust: "host" (`+"/etc/ssl/certs/ca-certificates.crt"+`), "none" or a PEM file`)
+	f.StringVar(&cfg.OutboundCA, "outbound-ca", server.DefaultOutboundCA, `CA bundle build steps trust: "host" (`+"/etc/ssl/certs/ca-certificates.crt"+`), "none" or a PEM file`)
 	return build
 }
 

@@ -48,7 +48,7 @@ func catalogServer(t *testing.T, tpl TemplateResolver) (*httptest.Server, string
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	svc, err := New(Config{DefaultMemoryMB: 768}, Deps{Store: st, Backend: newFakeBackend(), Templates: tpl})
+	svc, err := New(withTestDefaults(Config{DefaultMemoryMB: 768}), Deps{Store: st, Backend: newFakeBackend(), Templates: tpl})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -90,7 +90,7 @@ func newCluster(t *testing.T, health func() error) *cluster {
 	c := &cluster{t: t, h: h, fake: newSharedFake()}
 	h.stop() // replica 0 is rebuilt on the shared backend
 	for range 2 {
-		svc, err := New(Config{}, Deps{Store: h.store, Backend: c.fake, Templates: harnessTemplates, Health: health})
+		svc, err := New(withTestDefaults(Config{}), Deps{Store: h.store, Backend: c.fake, Templates: harnessTemplates, Health: health})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,18 +24,22 @@ import (
 	"github.com/cubby-dev/cubby/internal/telemetry"
 )
 
-// Config tunes the control plane. Zero fields take the documented defaults.
+// Config tunes the control plane. Zero fields take the documented defaults;
+// DefaultTemplate, DefaultCPU and DefaultMemoryMB have none here: the server
+// passes its own (package server owns them).
 type Config struct {
-	// DefaultTemplate is used when a create request names no template. Default "base".
+	// DefaultTemplate is used when a create request names no template.
+	// Required with a Backend.
 	DefaultTemplate string
 	// Domain is returned as the sandbox `domain` (E2B wire §1.2) when non-empty;
 	// otherwise `domain` is null and the SDKs use E2B_DOMAIN.
 	Domain string
 	// MaxTimeout bounds every sandbox TTL (create, timeout, connect). Default 24h.
 	MaxTimeout time.Duration
-	// DefaultCPU is the CPU count of new sandboxes. Default 2.
+	// DefaultCPU is the CPU count of new sandboxes. Required with a Backend.
 	DefaultCPU int
-	// DefaultMemoryMB is the memory limit of new sandboxes in MiB. Default 512.
+	// DefaultMemoryMB is the memory limit of new sandboxes in MiB. Required
+	// with a Backend.
 	DefaultMemoryMB int
 	// DefaultDiskMB is the writable-layer size of new sandboxes in MiB. Default 1024.
 	DefaultDiskMB int
@@ -66,17 +70,8 @@ type Config struct {
 }
 
 func (c *Config) defaults() {
-	if c.DefaultTemplate == "" {
-		c.DefaultTemplate = "base"
-	}
 	if c.MaxTimeout <= 0 {
 		c.MaxTimeout = 24 * time.Hour
-	}
-	if c.DefaultCPU <= 0 {
-		c.DefaultCPU = 2
-	}
-	if c.DefaultMemoryMB <= 0 {
-		c.DefaultMemoryMB = 512
 	}
 	if c.DefaultDiskMB <= 0 {
 		c.DefaultDiskMB = 1024
@@ -179,10 +174,14 @@ type Service struct {
 const metricsRetention = time.Hour
 
 // New builds a control plane from cfg and deps. It starts nothing: call Start to
-// recover sandboxes, arm TTLs and start the sampler. Errors: a missing Store.
+// recover sandboxes, arm TTLs and start the sampler. Errors: a missing Store;
+// a Backend without Config.DefaultTemplate, DefaultCPU and DefaultMemoryMB.
 func New(cfg Config, deps Deps) (*Service, error) {
 	if deps.Store == nil {
 		return nil, errors.New("controlplane: a store is required")
+	}
+	if deps.Backend != nil && (cfg.DefaultTemplate == "" || cfg.DefaultCPU <= 0 || cfg.DefaultMemoryMB <= 0) {
+		return nil, errors.New("controlplane: a backend needs Config.DefaultTemplate, DefaultCPU and DefaultMemoryMB")
 	}
 	cfg.defaults()
 	log := deps.Log

@@ -384,6 +384,22 @@ func (b builtTemplates) BuildLog(ref, buildID string) ([]template.BuildLogEntry,
 	return []template.BuildLogEntry{{Time: time.Unix(1, 0), Level: "info", Message: "built " + ref}, {Time: time.Unix(2, 0), Level: "error", Message: "oops"}}, nil
 }
 
+// withTestDefaults gives cfg the harness's default template ("base"), CPU
+// count (2) and memory limit (512 MiB) unless it has its own (the server
+// passes its own).
+func withTestDefaults(cfg Config) Config {
+	if cfg.DefaultTemplate == "" {
+		cfg.DefaultTemplate = "base"
+	}
+	if cfg.DefaultCPU == 0 {
+		cfg.DefaultCPU = 2
+	}
+	if cfg.DefaultMemoryMB == 0 {
+		cfg.DefaultMemoryMB = 512
+	}
+	return cfg
+}
+
 // harness is a Service on a fresh store and fake backend behind an httptest server.
 type harness struct {
 	t       testing.TB
@@ -411,7 +427,7 @@ func newHarness(t testing.TB, cfg Config) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	h := &harness{t: t, store: st, fake: newFakeBackend(), dbPath: dbPath, cfg: cfg}
+	h := &harness{t: t, store: st, fake: newFakeBackend(), dbPath: dbPath, cfg: withTestDefaults(cfg)}
 	h.start()
 	key, created, err := h.svc.EnsureAPIKey(context.Background())
 	if err != nil || !created {

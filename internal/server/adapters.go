@@ -35,6 +35,11 @@ func ensureTemplate(ctx context.Context, b *template.Builder, tm *template.Manag
 	return nil
 }
 
+// builtinBuildMemoryMB is the memory limit of the build sandboxes of
+// definitions built on the host (built-ins, `cubby template build`): twice a
+// sandbox's default, for package installs.
+const builtinBuildMemoryMB = 2 * DefaultMemoryMB
+
 // buildDefinition builds a cubby-template.yaml definition with b, passing
 // its log entries to progress (may be nil).
 func buildDefinition(ctx context.Context, b *template.Builder, def template.Definition, progress func(template.Entry), force bool) (template.Info, error) {
@@ -45,7 +50,7 @@ func buildDefinition(ctx context.Context, b *template.Builder, def template.Defi
 	spec.Force = force
 	return b.Build(ctx, template.Request{
 		TemplateID: template.IDFor(def.Name), Name: def.Name, Aliases: def.Aliases, BuildID: template.NewBuildID(),
-		Spec: spec, CPUCount: 2, MemoryMB: 2048, Files: files,
+		Spec: spec, CPUCount: DefaultCPUCount, MemoryMB: builtinBuildMemoryMB, Files: files,
 		Log: progress,
 	})
 }

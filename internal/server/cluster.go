@@ -38,9 +38,11 @@ type KubeConfig struct {
 	// RuntimeClasses maps a runtime name ("" = default, "runc", "runsc") to a
 	// RuntimeClass; none = the cluster's default handler.
 	RuntimeClasses map[string]string
-	// UserNamespaces runs sandbox Pods with hostUsers: false.
-	UserNamespaces bool
-	// ImagePullPolicy of sandbox containers (Always, IfNotPresent, Never).
+	// HostUsers runs sandbox Pods in the nodes' user namespace (hostUsers:
+	// true, `--user-namespaces=false`); by default each Pod gets its own.
+	HostUsers bool
+	// ImagePullPolicy of sandbox containers (Always, IfNotPresent, Never);
+	// default DefaultImagePullPolicy.
 	ImagePullPolicy string
 	// PendingTimeout, DNS, EgressExcept, ReplicaSelector, CPURequest,
 	// MemoryRequestMB: see kube.Config.
@@ -76,9 +78,6 @@ func (c *Config) clusterDefaults() error {
 	if !strings.HasPrefix(c.Store, "postgres://") && !strings.HasPrefix(c.Store, "postgresql://") {
 		return errors.New("--backend kubernetes needs --store postgres://…: replicas share their records in PostgreSQL")
 	}
-	if c.DefaultTemplate == "" {
-		c.DefaultTemplate = "base"
-	}
 	if _, ok := c.Kube.Images[c.DefaultTemplate]; !ok {
 		return fmt.Errorf("--template-image: the default template %q has no image", c.DefaultTemplate)
 	}
@@ -102,7 +101,6 @@ func (c *Config) clusterDefaults() error {
 	if k.QPS <= 0 {
 		k.QPS, k.Burst = defaultKubeQPS, defaultKubeBurst
 	}
-	c.timeoutDefaults()
 	return nil
 }
 
@@ -184,7 +182,7 @@ func newKubeBackend(ctx context.Context, cfg Config, log *slog.Logger) (*kube.Ba
 		images[template.IDFor(name)] = image
 	}
 	kb, err := kube.New(ctx, client, kube.Config{
-		Namespace: k.Namespace, Images: images, RuntimeClasses: k.RuntimeClasses, UserNamespaces: k.UserNamespaces,
+		Namespace: k.Namespace, Images: images, RuntimeClasses: k.RuntimeClasses, UserNamespaces: !k.HostUsers,
 		ImagePullPolicy: corev1.PullPolicy(k.ImagePullPolicy), PendingTimeout: k.PendingTimeout, DNS: k.DNS,
 		EgressExcept: k.EgressExcept, ReplicaSelector: k.ReplicaSelector, CPURequest: k.CPURequest,
 		MemoryRequestMB: k.MemoryRequestMB, Identity: k.Identity,

@@ -56,21 +56,27 @@ import (
 	"github.com/cubby-dev/cubby/sdk"
 )
 
-// Config configures `cubby serve`.
+// Config configures `cubby serve`. Zero fields take the defaults of
+// Defaults (Run and NewStandalone apply them; `cubby serve`'s flags start
+// from them); the comments name the defaults derived from other fields or
+// measured on the host.
 type Config struct {
-	Listen          string               // e.g. "127.0.0.1:3000"
-	DataDir         string               // holds cubby.db, templates/, sandboxes/, runc/
-	TemplatesDir    string               // built templates; default <DataDir>/templates (may be shared between servers)
-	RunDir          string               // sandboxes' rootfs mount points, reachable by their mapped roots; default DefaultRunDir(DataDir)
-	Userns          bool                 // give each new sandbox its own user namespace and host id range
+	Listen       string // address of the API and the gateway; default DefaultListen
+	DataDir      string // holds cubby.db, templates/, sandboxes/, runc/; default DefaultDataDir
+	TemplatesDir string // built templates; default <DataDir>/templates (may be shared between servers)
+	RunDir       string // sandboxes' rootfs mount points, reachable by their mapped roots; default DefaultRunDir(DataDir)
+	// DisableUserns runs sandboxes in the host's user namespace (root inside
+	// is host root: `--userns=false`); by default each new sandbox gets its
+	// own user namespace and host id range.
+	DisableUserns   bool
 	Domain          string               // sandbox domain (host[:port]) for <port>-<id>.<domain> hosts; "" = "localhost:<listen port>"
 	Bridge          string               // portless host bridge holding the sandboxes' gateway address, default network.DefaultBridge
-	Subnet          netip.Prefix         // sandbox addresses, default 10.77.0.0/16
+	Subnet          netip.Prefix         // sandbox addresses, default network.DefaultSubnet
 	RuncBinary      string               // runc; default bin/runc next to cubby, else PATH
 	RunscBinary     string               // gVisor runsc; default bin/runsc next to cubby, else PATH
-	Runtime         string               // default runtime of new sandboxes: "runc" (default) or "runsc"
-	MemoryMB        int                  // memory limit of new sandboxes in MiB (a cap, not a reservation); default 1024
-	DefaultTemplate string               // default "base"
+	Runtime         string               // default runtime of new sandboxes: "runc" or "runsc"; default DefaultRuntime
+	MemoryMB        int                  // memory limit of new sandboxes in MiB (a cap, not a reservation); default DefaultMemoryMB
+	DefaultTemplate string               // template of creates that name none, built on first start; default DefaultTemplateName
 	Boot            agentapi.BootOptions // code-interpreter boot options passed to every sandbox's agent
 	Pool            []pool.Target        // warm pools (template, size); none by default
 	PoolMemoryMB    int                  // memory budget of the warm pools in MiB; 0 = a quarter of the host's RAM
@@ -80,18 +86,23 @@ type Config struct {
 	// RegistryMirror serves Docker Hub image references of template builds
 	// ("host:port" or "http://host:port"); "" = Docker Hub.
 	RegistryMirror string
-	// OutboundCA is the CA bundle build steps trust: "host" (default), "none"
-	// or a PEM path; the proxy variables of the server's environment go along.
+	// OutboundCA is the CA bundle build steps trust: "host", "none" or a PEM
+	// path (default DefaultOutboundCA); the proxy variables of the server's
+	// environment go along.
 	OutboundCA string
 	// SandboxOutbound passes the CA bundle and proxy variables to sandboxes too.
 	SandboxOutbound bool
-	// BuildConcurrency is how many template builds run at once; default 1.
+	// BuildConcurrency is how many template builds run at once; default
+	// DefaultBuildConcurrency.
 	BuildConcurrency int
 	// TemplateGCAge: unused template trees, layers and cached steps this old
-	// are removed; default 24h.
+	// are removed; default DefaultTemplateGCAge.
 	TemplateGCAge time.Duration
-	// Admission are the per-team and server-wide limits on creates; a zero
-	// ServerMemoryMB becomes admission.DefaultServerMemoryMB of the host's RAM.
+	// Admission are the per-team and server-wide limits on creates. A zero
+	// TeamSandboxes, CreateRate or CreateBurst takes Defaults' value, a
+	// negative one (NoLimit) is no limit; a zero TeamMemoryMB is no team
+	// limit; a zero ServerMemoryMB becomes admission.DefaultServerMemoryMB of
+	// the host's RAM.
 	Admission admission.Limits
 	// ReadHeaderTimeout bounds reading a request's headers on the listener;
 	// default DefaultReadHeaderTimeout.
@@ -106,7 +117,7 @@ type Config struct {
 	// EgressUpstreamCA is a PEM file of extra roots the egress proxy trusts
 	// for hosts whose HTTPS it re-encrypts; "" = the system roots only.
 	EgressUpstreamCA string
-	// Backend is BackendLocal ("" too) or BackendKubernetes.
+	// Backend is BackendLocal (the default) or BackendKubernetes.
 	Backend string
 	// Store is the record store: "" = SQLite in DataDir; a postgres:// URL =
 	// PostgreSQL, shared by replicas (required by BackendKubernetes).
@@ -120,6 +131,52 @@ const (
 	BackendLocal      = "local"
 	BackendKubernetes = "kubernetes"
 )
+
+// Defaults of Config (README's flag table).
+const (
+	// DefaultListen is the address of the API and the sandbox gateway.
+	DefaultListen = "127.0.0.1:3000"
+	// DefaultDataDir holds the database, templates and sandboxes.
+	DefaultDataDir = "/var/lib/cubby"
+	// DefaultRuntime is the OCI runtime of sandboxes whose template names none.
+	DefaultRuntime = "runc"
+	// DefaultCPUCount is the CPU count of new sandboxes and template builds
+	// whose request names none.
+	DefaultCPUCount = 2
+	// DefaultMemoryMB is the memory limit of new sandboxes in MiB (a cap, not
+	// a reservation): the default Python and JavaScript kernels of the
+	// code-interpreter template use ~150 MiB.
+	DefaultMemoryMB = 1024
+	// DefaultTemplateName is the template of creates that name none.
+	DefaultTemplateName = "base"
+	// DefaultOutboundCA is the CA bundle build steps trust: the host's.
+	DefaultOutboundCA = "host"
+	// DefaultBuildConcurrency is how many template builds run at once.
+	DefaultBuildConcurrency = 1
+	// DefaultTemplateGCAge is how old unused template trees, layers and
+	// cached build steps get before they are removed: a day, so a failed
+	// build's cached steps serve the next attempt.
+	DefaultTemplateGCAge = 24 * time.Hour
+	// DefaultImagePullPolicy is the pull policy of sandbox images of the
+	// kubernetes backend.
+	DefaultImagePullPolicy = "IfNotPresent"
+	// NoLimit, as an admission limit of Config.Admission, is no limit.
+	NoLimit = -1
+)
+
+// Defaults returns the configuration a zero Config gets (before what is
+// derived from other fields or measured on the host, see Config).
+func Defaults() Config {
+	return Config{
+		Listen: DefaultListen, DataDir: DefaultDataDir, Bridge: network.DefaultBridge, Subnet: network.DefaultSubnet,
+		Runtime: DefaultRuntime, MemoryMB: DefaultMemoryMB, DefaultTemplate: DefaultTemplateName,
+		OutboundCA: DefaultOutboundCA, BuildConcurrency: DefaultBuildConcurrency, TemplateGCAge: DefaultTemplateGCAge,
+		Admission: admission.Limits{TeamSandboxes: admission.DefaultTeamSandboxes,
+			CreateRate: admission.DefaultCreateRate, CreateBurst: admission.DefaultCreateBurst},
+		ReadHeaderTimeout: DefaultReadHeaderTimeout, IdleTimeout: DefaultIdleTimeout,
+		Backend: BackendLocal, Kube: KubeConfig{ImagePullPolicy: DefaultImagePullPolicy},
+	}
+}
 
 // Listener timeouts of `cubby serve` (README's flag table).
 const (
@@ -135,36 +192,19 @@ const (
 // sandbox disks, memory checkpoints and runtime state.
 const dataDirMode = 0o700
 
+// defaults validates c and completes it: Defaults' values in its zero
+// fields, then (local backend) what derives from them and is measured on the
+// host; the data directory is made.
 func (c *Config) defaults() error {
-	if c.Listen == "" {
-		c.Listen = "127.0.0.1:3000"
-	}
+	c.applyDefaults()
 	if c.Backend == BackendKubernetes {
 		return c.clusterDefaults()
 	}
-	if c.Backend != "" && c.Backend != BackendLocal {
+	if c.Backend != BackendLocal {
 		return fmt.Errorf("--backend %q: want %s or %s", c.Backend, BackendLocal, BackendKubernetes)
 	}
 	if c.Store != "" {
 		return errors.New("--store: the local backend keeps its records in SQLite in --data-dir (PostgreSQL is for --backend kubernetes)")
-	}
-	if c.DataDir == "" {
-		return errors.New("data dir is required")
-	}
-	if c.Bridge == "" {
-		c.Bridge = network.DefaultBridge
-	}
-	if !c.Subnet.IsValid() {
-		c.Subnet = network.DefaultSubnet
-	}
-	if c.DefaultTemplate == "" {
-		c.DefaultTemplate = "base"
-	}
-	if c.OutboundCA == "" {
-		c.OutboundCA = "host"
-	}
-	if c.TemplateGCAge <= 0 {
-		c.TemplateGCAge = pruneAge
 	}
 	if c.Progress == nil {
 		c.Progress = os.Stderr
@@ -180,7 +220,6 @@ func (c *Config) defaults() error {
 	if c.RunDir == "" {
 		c.RunDir = DefaultRunDir(abs)
 	}
-	c.timeoutDefaults()
 	if c.Admission.ServerMemoryMB == 0 {
 		m, err := meminfo.Read()
 		if err != nil {
@@ -197,12 +236,44 @@ func (c *Config) defaults() error {
 	return nil
 }
 
-func (c *Config) timeoutDefaults() {
-	if c.ReadHeaderTimeout <= 0 {
-		c.ReadHeaderTimeout = DefaultReadHeaderTimeout
+// applyDefaults gives every zero field of c that Defaults sets its value
+// (durations: every one not above zero); admission limits set to NoLimit
+// become zero, package admission's "no limit".
+func (c *Config) applyDefaults() {
+	d := Defaults()
+	orDefault(&c.Listen, d.Listen)
+	orDefault(&c.DataDir, d.DataDir)
+	orDefault(&c.Bridge, d.Bridge)
+	orDefault(&c.Subnet, d.Subnet)
+	orDefault(&c.Runtime, d.Runtime)
+	orDefault(&c.MemoryMB, d.MemoryMB)
+	orDefault(&c.DefaultTemplate, d.DefaultTemplate)
+	orDefault(&c.OutboundCA, d.OutboundCA)
+	orDefault(&c.BuildConcurrency, d.BuildConcurrency)
+	orDefault(&c.Backend, d.Backend)
+	orDefault(&c.Kube.ImagePullPolicy, d.Kube.ImagePullPolicy)
+	for _, p := range []struct {
+		v *time.Duration
+		d time.Duration
+	}{
+		{&c.TemplateGCAge, d.TemplateGCAge}, {&c.ReadHeaderTimeout, d.ReadHeaderTimeout}, {&c.IdleTimeout, d.IdleTimeout},
+	} {
+		if *p.v <= 0 {
+			*p.v = p.d
+		}
 	}
-	if c.IdleTimeout <= 0 {
-		c.IdleTimeout = DefaultIdleTimeout
+	a := &c.Admission
+	orDefault(&a.TeamSandboxes, d.Admission.TeamSandboxes)
+	orDefault(&a.CreateRate, d.Admission.CreateRate)
+	orDefault(&a.CreateBurst, d.Admission.CreateBurst)
+	a.TeamSandboxes, a.TeamMemoryMB, a.CreateRate = max(a.TeamSandboxes, 0), max(a.TeamMemoryMB, 0), max(a.CreateRate, 0)
+}
+
+// orDefault sets *v to d when it is the zero value.
+func orDefault[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
 	}
 }
 
@@ -454,7 +525,8 @@ func newBuilder(cfg Config, tm *template.Manager, b *local.Backend, ob outbound.
 func (a *app) newBuilds(ctx context.Context, cfg Config, builder *template.Builder) (*builds.Service, error) {
 	bs, err := builds.New(builds.Config{
 		Store: a.store, Manager: a.templates, Builder: builder, Dir: filepath.Join(cfg.DataDir, "builds"),
-		MaxConcurrent: cfg.BuildConcurrency, DefaultMemoryMB: cfg.MemoryMB, Log: a.log.With("component", "builds"),
+		MaxConcurrent: cfg.BuildConcurrency, DefaultCPU: DefaultCPUCount, DefaultMemoryMB: cfg.MemoryMB,
+		Log: a.log.With("component", "builds"),
 		OnDone: func(_ template.Info, err error) {
 			if err != nil {
 				a.metrics.TemplateBuilt(telemetry.OutcomeError)
@@ -483,7 +555,7 @@ type controlDeps struct {
 // host metrics.
 func (a *app) startControl(ctx context.Context, cfg Config, ctl controlDeps) (*controlplane.Service, error) {
 	ccfg := controlplane.Config{
-		DefaultTemplate: cfg.DefaultTemplate, DefaultMemoryMB: cfg.MemoryMB, Boot: cfg.Boot, Pool: cfg.Pool,
+		DefaultTemplate: cfg.DefaultTemplate, DefaultCPU: DefaultCPUCount, DefaultMemoryMB: cfg.MemoryMB, Boot: cfg.Boot, Pool: cfg.Pool,
 		PoolMemoryBudget: uint64(cfg.PoolMemoryMB) << 20, Domain: cfg.Domain, EnvAPIKey: cfg.EnvAPIKey,
 		Admission: cfg.Admission,
 	}
@@ -531,10 +603,6 @@ func (a *app) startHost(ctx context.Context, cfg Config) error {
 	}
 	return a.metrics.WatchHost(cfg.DataDir)
 }
-
-// pruneAge is the default of Config.TemplateGCAge: what no template uses is
-// kept for a day, so a failed build's cached steps serve the next attempt.
-const pruneAge = 24 * time.Hour
 
 // prune removes template trees, layers and cached steps no template and no
 // sandboxes of this server use (see template.Manager.Prune).
@@ -588,14 +656,14 @@ func newBackend(ctx context.Context, cfg Config, log *slog.Logger, tel *telemetr
 		RunDir:      cfg.RunDir,
 		AgentBinary: exe,
 		Egress:      sup,
-		Userns:      cfg.Userns,
+		Userns:      !cfg.DisableUserns,
 		IDs:         ids,
 		Namespaces:  creator,
 	}, rts, nm, rm, log.With("component", "backend"))
 	if err != nil {
 		return nil, nil, err
 	}
-	log.Info("sandboxes", "user_namespaces", cfg.Userns, "run_dir", cfg.RunDir)
+	log.Info("sandboxes", "user_namespaces", !cfg.DisableUserns, "run_dir", cfg.RunDir)
 	return b, sup, nil
 }
 

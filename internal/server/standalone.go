@@ -77,7 +77,7 @@ func (s *Standalone) backend(ctx context.Context, cfg Config, dir string) (*loca
 	rm := rootfs.New(filepath.Join(dir, "cache", "disks"), s.log.With("component", "rootfs"))
 	b, err := local.New(local.Config{
 		Dir: filepath.Join(dir, "sandboxes"), RunDir: DefaultRunDir(dir), AgentBinary: exe,
-		Userns: cfg.Userns, IDs: ids, Namespaces: creator,
+		Userns: !cfg.DisableUserns, IDs: ids, Namespaces: creator,
 	}, rts, s.net, rm, s.log.With("component", "backend"))
 	if err != nil {
 		return nil, err
