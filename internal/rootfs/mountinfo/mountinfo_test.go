@@ -43,3 +43,11 @@ func TestReadSelf(t *testing.T) {
 	}
 	t.Error("no root mount in", SelfPath)
 }
+
+func TestUnescape(t *testing.T) {
+	for in, want := range map[string]string{`/tmp/a\040b`: "/tmp/a b", `/x\134y`: `/x\y`, `/p\011q`: "/p\tq", `/plain`: "/plain", `/end\04`: `/end\04`} {
+		if got := Unescape(in); got != want {
+			t.Errorf("Unescape(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 
+	"github.com/cubby-dev/cubby/internal/rootfs/mountinfo"
 	"github.com/cubby-dev/cubby/internal/userns"
 )
 
@@ -147,19 +148,14 @@ func runtimeState(root, id string) []string {
 // mountsBelow lists mount points at or below dir from /proc/self/mountinfo:
 // user namespace files (nsfs, root "user:[...]") apart.
 func mountsBelow(dir string) (mounts, userns []string, err error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	all, err := mountinfo.Read(mountinfo.SelfPath)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read mountinfo: %w", err)
+		return nil, nil, err
 	}
-	for line := range strings.SplitSeq(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		p := unescape(f[4])
-		switch {
+	for _, m := range all {
+		switch p := m.Point; {
 		case p != dir && !strings.HasPrefix(p, dir+"/"):
-		case strings.HasPrefix(f[3], "user:["):
+		case strings.HasPrefix(m.Root, "user:["):
 			userns = append(userns, p)
 		default:
 			mounts = append(mounts, p)
@@ -179,25 +175,6 @@ func leaseOf(leaseDir, owner string) string {
 		}
 	}
 	return ""
-}
-
-// unescape decodes mountinfo's octal escapes (\040 for space etc.).
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // loopsBelow lists loop devices whose backing file lies in dir.

@@ -10,15 +10,15 @@
 package mountns
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cubby-dev/cubby/internal/rootfs/mountinfo"
 )
 
 // kernelMounts are the mount points kept with everything below them: the
@@ -86,7 +86,7 @@ func (k Keep) Drop() error {
 	if self == parent {
 		return fmt.Errorf("refusing to unmount in the parent's mount namespace %s: run under unshare --mount", self)
 	}
-	points, err := Points("/proc/self/mountinfo")
+	points, err := Points(mountinfo.SelfPath)
 	if err != nil {
 		return err
 	}
@@ -98,41 +98,16 @@ func (k Keep) Drop() error {
 	return nil
 }
 
-// Points returns the mount points (field 5) of a mountinfo file in its
-// order, the kernel's \ooo escapes decoded.
-func Points(mountinfo string) ([]string, error) {
-	f, err := os.Open(mountinfo)
+// Points returns the mount points of a mountinfo file in its order,
+// cleaned.
+func Points(path string) ([]string, error) {
+	mounts, err := mountinfo.Read(path)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if fields := strings.Fields(sc.Text()); len(fields) >= 5 {
-			out = append(out, Unescape(fields[4]))
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read %s: %w", mountinfo, err)
+	out := make([]string, 0, len(mounts))
+	for _, m := range mounts {
+		out = append(out, filepath.Clean(m.Point))
 	}
 	return out, nil
-}
-
-// Unescape decodes the \ooo (octal) escapes of a mountinfo path (space, tab,
-// newline and backslash are escaped by the kernel).
-func Unescape(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return filepath.Clean(b.String())
 }

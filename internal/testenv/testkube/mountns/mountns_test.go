@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cubby-dev/cubby/internal/rootfs/mountinfo"
 )
 
 func TestToDrop(t *testing.T) {
@@ -35,14 +37,6 @@ func TestToDrop(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("ToDrop:\n got %q\nwant %q", got, want)
-	}
-}
-
-func TestUnescape(t *testing.T) {
-	for in, want := range map[string]string{`/tmp/a\040b`: "/tmp/a b", `/x\134y`: `/x\y`, `/p\011q`: "/p\tq", `/plain`: "/plain", `/end\04`: `/end\04`} {
-		if got := Unescape(in); got != want {
-			t.Errorf("Unescape(%q) = %q, want %q", in, got, want)
-		}
 	}
 }
 
@@ -96,7 +90,7 @@ func TestDropInNewNamespace(t *testing.T) {
 	points := map[string]bool{}
 	for _, line := range strings.Split(string(out), "\n") {
 		if f := strings.Fields(line); len(f) >= 5 {
-			points[Unescape(f[4])] = true
+			points[mountinfo.Unescape(f[4])] = true
 		}
 	}
 	if !points[keep] || points[drop] || !points["/proc"] || !points["/sys"] {
