@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/cubby-dev/cubby/internal/sandboxid"
 	"github.com/cubby-dev/cubby/sdk"
 )
 
@@ -34,18 +35,10 @@ func (l location) String() string {
 // (including paths whose part before ':' contains '/', like ./a:b) is local.
 func parseLocation(s string) location {
 	id, p, ok := strings.Cut(s, ":")
-	if ok && isSandboxID(id) {
+	if ok && sandboxid.Valid(id) {
 		return location{Sandbox: id, Path: p}
 	}
 	return location{Path: s}
-}
-
-// isSandboxID reports whether s looks like a sandbox ID ([a-z0-9], E2B wire §1.3).
-func isSandboxID(s string) bool {
-	if s == "" || len(s) > 64 {
-		return false
-	}
-	return strings.Trim(s, "abcdefghijklmnopqrstuvwxyz0123456789") == ""
 }
 
 // newFilesCmd is `cubby files`: copies between the local machine and a

@@ -20,6 +20,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/outbound"
 	"github.com/cubby-dev/cubby/internal/pool"
+	"github.com/cubby-dev/cubby/internal/sandboxid"
 	"github.com/cubby-dev/cubby/internal/store"
 	"github.com/cubby-dev/cubby/internal/telemetry"
 )
@@ -252,7 +253,7 @@ func (s *Service) Start(ctx context.Context) error {
 	}
 	if s.pool == nil && len(s.cfg.Pool) > 0 {
 		s.pool = pool.New(pool.Config{
-			Backend: s.backend, Targets: s.cfg.Pool, Resolve: s.PoolRequest, NewID: NewSandboxID,
+			Backend: s.backend, Targets: s.cfg.Pool, Resolve: s.PoolRequest, NewID: sandboxid.New,
 			MemoryBudget: s.cfg.PoolMemoryBudget, Log: s.log.With("component", "pool"), Metrics: s.metrics,
 		})
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/api"
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/egress/policy"
+	"github.com/cubby-dev/cubby/internal/sandboxid"
 	"github.com/cubby-dev/cubby/internal/store"
 	"github.com/cubby-dev/cubby/internal/telemetry"
 	"github.com/cubby-dev/cubby/internal/template"
@@ -343,7 +344,7 @@ func (s *Service) failCreate(ctx context.Context, id string, cause error) {
 func (s *Service) newRecord(sp createSpec, ref TemplateRef) store.Sandbox {
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	rec := store.Sandbox{
-		ID: NewSandboxID(), Team: sp.team, TemplateID: ref.ID, TemplateAlias: ref.Alias,
+		ID: sandboxid.New(), Team: sp.team, TemplateID: ref.ID, TemplateAlias: ref.Alias,
 		Metadata: sp.metadata, EnvVars: sp.envVars,
 		CPUCount: s.cfg.DefaultCPU, MemoryMB: s.cfg.DefaultMemoryMB, DiskSizeMB: s.cfg.DefaultDiskMB,
 		StartedAt: now, EndAt: now.Add(sp.ttl), State: store.StateRunning, Secure: sp.secure,

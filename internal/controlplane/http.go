@@ -15,6 +15,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/api"
 	"github.com/cubby-dev/cubby/internal/api/templateapi"
 	"github.com/cubby-dev/cubby/internal/backend"
+	"github.com/cubby-dev/cubby/internal/sandboxid"
 	"github.com/cubby-dev/cubby/internal/store"
 )
 
@@ -316,7 +317,7 @@ func (h httpAPI) ListSandboxesV2(w http.ResponseWriter, r *http.Request, p api.L
 // liveRecord returns the store record of a running or paused sandbox of the
 // caller's team, or 404 (also for another team's sandbox).
 func (h httpAPI) liveRecord(r *http.Request, id string) (store.Sandbox, error) {
-	if !validSandboxID(id) {
+	if !sandboxid.Valid(id) {
 		return store.Sandbox{}, sandboxNotFound(id)
 	}
 	rec, err := h.s.store.GetSandbox(r.Context(), id)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/api"
+	"github.com/cubby-dev/cubby/internal/sandboxid"
 	"github.com/cubby-dev/cubby/internal/store"
 )
 
@@ -152,7 +153,7 @@ func decodeNextToken(tok string) (store.Cursor, error) {
 		return store.Cursor{}, errors.New("invalid nextToken")
 	}
 	ts, id, ok := strings.Cut(string(raw), tokenSep)
-	if !ok || !validSandboxID(id) {
+	if !ok || !sandboxid.Valid(id) {
 		return store.Cursor{}, errors.New("invalid nextToken")
 	}
 	t, err := time.Parse(time.RFC3339Nano, ts)

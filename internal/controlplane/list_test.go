@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/api"
+	"github.com/cubby-dev/cubby/internal/sandboxid"
 	"github.com/cubby-dev/cubby/internal/store"
 )
 
@@ -288,7 +289,7 @@ func FuzzNextToken(f *testing.F) {
 			}
 		}
 		at := time.UnixMilli(ms).UTC()
-		if at.Year() < 0 || at.Year() > 9999 || !validSandboxID(id) {
+		if at.Year() < 0 || at.Year() > 9999 || !sandboxid.Valid(id) {
 			return // not representable in RFC 3339 / not a sandbox ID
 		}
 		c, err := decodeNextToken(encodeNextToken(store.Cursor{StartedAt: at, ID: id}))

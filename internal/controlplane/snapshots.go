@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/backend"
+	"github.com/cubby-dev/cubby/internal/sandboxid"
 	"github.com/cubby-dev/cubby/internal/store"
 )
 
@@ -93,7 +94,7 @@ func (s *Service) snapshot(ctx context.Context, id, caller, name string, interna
 	if err != nil {
 		return store.Snapshot{}, fmt.Errorf("snapshot %s: %w", id, err)
 	}
-	info, err := s.backend.Snapshot(ctx, id, NewSandboxID())
+	info, err := s.backend.Snapshot(ctx, id, sandboxid.New())
 	switch {
 	case errors.Is(err, backend.ErrNotFound):
 		s.loseLocked(ctx, sb)

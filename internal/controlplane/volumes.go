@@ -10,6 +10,7 @@ import (
 
 	"github.com/cubby-dev/cubby/internal/api"
 	"github.com/cubby-dev/cubby/internal/backend"
+	"github.com/cubby-dev/cubby/internal/sandboxid"
 	"github.com/cubby-dev/cubby/internal/store"
 )
 
@@ -61,7 +62,7 @@ func (s *Service) createVolume(ctx context.Context, team, name string, sizeMB *i
 	if _, err := s.store.FindVolume(ctx, team, name); err == nil {
 		return store.Volume{}, &httpError{status: http.StatusConflict, msg: fmt.Sprintf("volume '%s' already exists", name)}
 	}
-	v := store.Volume{ID: NewSandboxID(), Team: team, Name: name, Token: newToken(), SizeBytes: int64(mb) << 20,
+	v := store.Volume{ID: sandboxid.New(), Team: team, Name: name, Token: newToken(), SizeBytes: int64(mb) << 20,
 		CreatedAt: time.Now().UTC().Truncate(time.Millisecond)}
 	if err := s.backend.CreateVolume(ctx, v.ID, v.SizeBytes); err != nil {
 		return store.Volume{}, fmt.Errorf("create volume: %w", err)

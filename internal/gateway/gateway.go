@@ -19,6 +19,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/cubby-dev/cubby/internal/sandboxid"
 )
 
 // Header names and ports of the sandbox side (E2B wire §1.3, §1.4).
@@ -217,7 +219,7 @@ func (g *Gateway) serveRoute(w http.ResponseWriter, r *http.Request, route Route
 
 // lookup resolves a running sandbox with a routable ID.
 func (g *Gateway) lookup(id string) (Target, bool) {
-	if !validID(id) {
+	if !sandboxid.Valid(id) {
 		return Target{}, false
 	}
 	t, ok := g.res.Resolve(id)

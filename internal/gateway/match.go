@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/cubby-dev/cubby/internal/filesig"
+	"github.com/cubby-dev/cubby/internal/sandboxid"
 )
 
 // Route is the sandbox and in-sandbox port a request is addressed to.
@@ -85,7 +86,7 @@ func parseHost(host, domain string) (Route, bool) {
 		return Route{}, false
 	}
 	portText, id, ok := strings.Cut(label, "-")
-	if !ok || !validID(id) {
+	if !ok || !sandboxid.Valid(id) {
 		return Route{}, false
 	}
 	port, ok := parsePort(portText)
@@ -115,20 +116,6 @@ func parsePort(s string) (int, bool) {
 		return 0, false
 	}
 	return n, true
-}
-
-// validID reports whether id is a routable sandbox ID: [a-z0-9]{1,63} (E2B wire §1.3).
-func validID(id string) bool {
-	if len(id) == 0 || len(id) > 63 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
-			return false
-		}
-	}
-	return true
 }
 
 // Errors of signed /files routing; both are answered 401 like envd's own checks

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/cubby-dev/cubby/internal/filesig"
+	"github.com/cubby-dev/cubby/internal/sandboxid"
 )
 
 func TestMatch(t *testing.T) {
@@ -109,7 +110,7 @@ func FuzzMatchHost(f *testing.F) {
 		if !ok {
 			return
 		}
-		if !validID(route.SandboxID) || route.Port < 1 || route.Port > 65535 {
+		if !sandboxid.Valid(route.SandboxID) || route.Port < 1 || route.Port > 65535 {
 			t.Fatalf("parseHost(%q) = %+v: invalid route", host, route)
 		}
 		if !strings.Contains(strings.ToLower(host), "-"+route.SandboxID+".") {

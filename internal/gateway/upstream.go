@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/linkdial"
+	"github.com/cubby-dev/cubby/internal/sandboxid"
 )
 
 // upstreamSuffix ends the synthetic host names used as upstream pool keys.
@@ -65,7 +66,7 @@ func parseUpstreamHost(hostport string) (upstream, error) {
 	iface, ierr := hex.DecodeString(parts[2])
 	addr, ok := netip.AddrFromSlice(raw)
 	port, pok := parsePort(portText)
-	if err != nil || ierr != nil || !ok || !pok || !validID(parts[0]) || len(iface) >= 16 {
+	if err != nil || ierr != nil || !ok || !pok || !sandboxid.Valid(parts[0]) || len(iface) >= 16 {
 		return upstream{}, fmt.Errorf("malformed upstream address %q", hostport)
 	}
 	return upstream{id: parts[0], ap: netip.AddrPortFrom(addr, uint16(port)), iface: string(iface)}, nil

@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"time"
+
+	"github.com/cubby-dev/cubby/internal/sandboxid"
 )
 
 // WakeTimeout bounds how long a request to a paused sandbox waits for it to resume.
@@ -23,7 +25,7 @@ type Waker interface {
 // wake resumes a paused sandbox through the Resolver's Waker, if it has one.
 func (g *Gateway) wake(ctx context.Context, id string) (Target, bool) {
 	w, ok := g.res.(Waker)
-	if !ok || !validID(id) {
+	if !ok || !sandboxid.Valid(id) {
 		return Target{}, false
 	}
 	if t, known := g.res.Resolve(id); !known || t.Running {

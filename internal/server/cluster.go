@@ -18,6 +18,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/backend/kube"
 	"github.com/cubby-dev/cubby/internal/controlplane"
+	"github.com/cubby-dev/cubby/internal/sandboxid"
 	"github.com/cubby-dev/cubby/internal/store/postgres"
 	"github.com/cubby-dev/cubby/internal/telemetry"
 	"github.com/cubby-dev/cubby/internal/template"
@@ -151,7 +152,7 @@ func startCluster(ctx context.Context, cfg Config, log *slog.Logger) (*app, erro
 	if len(cfg.Pool) > 0 {
 		deps.Pool = kb.NewPool(kube.PoolConfig{Targets: cfg.Pool, Metrics: a.metrics,
 			Resolve: func(ctx context.Context, t string) (backend.CreateRequest, error) { return cp.PoolRequest(ctx, t) },
-			NewID:   controlplane.NewSandboxID})
+			NewID:   sandboxid.New})
 	}
 	if cp, err = a.startControl(ctx, cfg, controlDeps{deps: deps}); err != nil {
 		return nil, err

@@ -49,6 +49,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/runtime/oci"
 	"github.com/cubby-dev/cubby/internal/runtime/runc"
 	"github.com/cubby-dev/cubby/internal/runtime/runsc"
+	"github.com/cubby-dev/cubby/internal/sandboxid"
 	"github.com/cubby-dev/cubby/internal/store"
 	"github.com/cubby-dev/cubby/internal/telemetry"
 	"github.com/cubby-dev/cubby/internal/template"
@@ -515,7 +516,7 @@ func newBuilder(cfg Config, tm *template.Manager, b *local.Backend, ob outbound.
 		return nil, fmt.Errorf("--registry-mirror: %w", err)
 	}
 	return template.NewBuilder(template.BuilderConfig{
-		Manager: tm, Sandboxes: b, Puller: puller, Outbound: ob, NewSandboxID: controlplane.NewSandboxID,
+		Manager: tm, Sandboxes: b, Puller: puller, Outbound: ob, NewSandboxID: sandboxid.New,
 		Log: log.With("component", "builder"),
 	})
 }

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/rootfs"
 	"github.com/cubby-dev/cubby/internal/runtime"
+	"github.com/cubby-dev/cubby/internal/sandboxid"
 )
 
 // Snapshots live in Config.SnapshotDir, one directory each:
@@ -46,9 +46,6 @@ const (
 	snapshotTmp       = ".tmp-"
 	maxSnapshotLayers = 32 // overlay lower layers a sandbox may stack (mount options fit a page)
 )
-
-// snapshotIDs are the snapshot names Snapshot accepts.
-var snapshotIDs = regexp.MustCompile(`^[a-z0-9]{1,64}$`)
 
 // snapshotRecord is a snapshot's snapshot.json.
 type snapshotRecord struct {
@@ -84,8 +81,8 @@ func (b *Backend) snapshotDir(id string) string { return filepath.Join(b.cfg.Sna
 // captured into a staging directory with its filesystem frozen for the copy
 // (rootfs.Capture), described, and renamed into place.
 func (b *Backend) Snapshot(ctx context.Context, id, snapID string) (backend.Snapshot, error) {
-	if !snapshotIDs.MatchString(snapID) {
-		return backend.Snapshot{}, fmt.Errorf("snapshot id %q: want [a-z0-9]{1,64}", snapID)
+	if !sandboxid.Valid(snapID) {
+		return backend.Snapshot{}, fmt.Errorf("snapshot id %q: want [a-z0-9]{1,63}", snapID)
 	}
 	s, err := b.lockRunning(id, "snapshot")
 	if err != nil {
@@ -259,7 +256,7 @@ func syncDir(dir string) error {
 // loadSnapshot reads the record of snapshot snapID.
 func (b *Backend) loadSnapshot(snapID string) (snapshotRecord, error) {
 	var rec snapshotRecord
-	if !snapshotIDs.MatchString(snapID) {
+	if !sandboxid.Valid(snapID) {
 		return rec, fmt.Errorf("snapshot %q: %w", snapID, backend.ErrSnapshotNotFound)
 	}
 	data, err := os.ReadFile(filepath.Join(b.snapshotDir(snapID), snapshotFile))

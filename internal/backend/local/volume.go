@@ -12,6 +12,7 @@ import (
 
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/rootfs"
+	"github.com/cubby-dev/cubby/internal/sandboxid"
 )
 
 // Volumes live in Config.VolumeDir, one directory each (rootfs.CreateVolume):
@@ -25,15 +26,15 @@ func (b *Backend) volumeDir(id string) string { return filepath.Join(b.cfg.Volum
 
 // CreateVolume implements backend.Backend.
 func (b *Backend) CreateVolume(ctx context.Context, id string, sizeBytes int64) error {
-	if !snapshotIDs.MatchString(id) {
-		return fmt.Errorf("volume id %q: want [a-z0-9]{1,64}", id)
+	if !sandboxid.Valid(id) {
+		return fmt.Errorf("volume id %q: want [a-z0-9]{1,63}", id)
 	}
 	return b.rootfs.CreateVolume(ctx, b.volumeDir(id), sizeBytes)
 }
 
 // DeleteVolume implements backend.Backend.
 func (b *Backend) DeleteVolume(ctx context.Context, id string) error {
-	if !snapshotIDs.MatchString(id) {
+	if !sandboxid.Valid(id) {
 		return nil
 	}
 	b.volMu.Lock()
@@ -59,7 +60,7 @@ func (b *Backend) volumeUser(id string) string {
 // OpenVolume implements backend.Backend.
 func (b *Backend) OpenVolume(_ context.Context, id string) (*os.Root, error) {
 	dir := b.volumeDir(id)
-	if _, err := os.Stat(filepath.Join(dir, rootfs.ImageName)); !snapshotIDs.MatchString(id) || err != nil {
+	if _, err := os.Stat(filepath.Join(dir, rootfs.ImageName)); !sandboxid.Valid(id) || err != nil {
 		return nil, fmt.Errorf("volume %s: %w", id, backend.ErrVolumeNotFound)
 	}
 	if err := b.rootfs.MountVolume(dir); err != nil {
@@ -94,7 +95,7 @@ func (b *Backend) useVolumes(s *sandbox) error {
 	defer b.volMu.Unlock()
 	for _, v := range s.Volumes {
 		dir := b.volumeDir(v.ID)
-		if _, err := os.Stat(filepath.Join(dir, rootfs.ImageName)); !snapshotIDs.MatchString(v.ID) || err != nil {
+		if _, err := os.Stat(filepath.Join(dir, rootfs.ImageName)); !sandboxid.Valid(v.ID) || err != nil {
 			return fmt.Errorf("volume %s: %w", v.ID, backend.ErrVolumeNotFound)
 		}
 		if err := b.rootfs.MountVolume(dir); err != nil {
