@@ -17,12 +17,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/sys/unix"
+
+	"github.com/cubby-dev/cubby/internal/atomicfile"
 )
 
 // ErrBlobNotFound is wrapped by Store reads of a digest the store lacks.
@@ -56,7 +57,7 @@ func (s *Store) ensure() error {
 	}
 	layout := filepath.Join(s.dir, "oci-layout")
 	if _, err := os.Stat(layout); errors.Is(err, fs.ErrNotExist) {
-		if err := writeAtomic(layout, []byte(`{"imageLayoutVersion":"1.0.0"}`+"\n")); err != nil {
+		if err := atomicfile.Write(layout, []byte(`{"imageLayoutVersion":"1.0.0"}`+"\n"), 0o644); err != nil {
 			return fmt.Errorf("image store: %w", err)
 		}
 	}
@@ -241,7 +242,7 @@ func (s *Store) UpdateIndex(ctx context.Context, change func(*v1.IndexManifest) 
 	if err != nil {
 		return fmt.Errorf("encode index.json: %w", err)
 	}
-	return writeAtomic(filepath.Join(s.dir, "index.json"), append(data, '\n'))
+	return atomicfile.Write(filepath.Join(s.dir, "index.json"), append(data, '\n'), 0o644)
 }
 
 // lockFile takes an exclusive flock on path, polling until ctx ends.
@@ -266,29 +267,6 @@ func lockFile(ctx context.Context, path string) (func(), error) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-}
-
-// writeAtomic writes data to path through a synced temporary file and rename.
-func writeAtomic(path string, data []byte) error {
-	tmp := path + ".tmp-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-	}
-	return err
 }
 
 type countWriter struct {

@@ -10,6 +10,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/cubby-dev/cubby/internal/atomicfile"
 	"github.com/cubby-dev/cubby/internal/image"
 	"github.com/cubby-dev/cubby/internal/layer"
 	"golang.org/x/sys/unix"
@@ -97,7 +98,7 @@ func (m *Manager) commitTree(parent state, l image.Layer, dst string) (state, er
 	if err := os.Rename(dst, next.tree); err != nil && !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EEXIST) {
 		return state{}, fmt.Errorf("commit tree: %w", err)
 	}
-	return next, syncDir(filepath.Dir(next.tree))
+	return next, atomicfile.SyncDir(filepath.Dir(next.tree))
 }
 
 // applyStored makes the tree parent + l from l's stored blob (a cached

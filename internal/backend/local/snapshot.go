@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cubby-dev/cubby/internal/agentapi"
+	"github.com/cubby-dev/cubby/internal/atomicfile"
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/rootfs"
 	"github.com/cubby-dev/cubby/internal/runtime"
@@ -132,7 +133,7 @@ func (b *Backend) capture(ctx context.Context, s *sandbox, staging, final, snapI
 	if err := os.Rename(staging, final); err != nil {
 		return snapshotRecord{}, paused, fmt.Errorf("commit snapshot: %w", err)
 	}
-	if err := syncDir(b.cfg.SnapshotDir); err != nil {
+	if err := atomicfile.SyncDir(b.cfg.SnapshotDir); err != nil {
 		return snapshotRecord{}, paused, err
 	}
 	return rec, paused, nil
@@ -218,39 +219,13 @@ func allocatedTree(dir string) (int64, error) {
 	return total, nil
 }
 
-// writeFileSync writes v as JSON to path and flushes it to disk.
+// writeFileSync replaces path with v as JSON, flushed to disk.
 func writeFileSync(path string, v any) error {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", filepath.Base(path), err)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
+	return atomicfile.Write(path, data, 0o600)
 }
 
 // loadSnapshot reads the record of snapshot snapID.
