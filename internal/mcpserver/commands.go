@@ -36,14 +36,14 @@ type runCommandArgs struct {
 }
 
 type commandOutputArgs struct {
-	PID         int    `json:"pid" jsonschema:"Process ID returned by run_command."`
-	Sandbox     string `json:"sandbox,omitempty" jsonschema:"ID of the sandbox the process runs in. Default: this session's own sandbox."`
-	WaitSeconds int    `json:"wait_seconds,omitempty" jsonschema:"Wait up to this long for the process to finish before answering (0, the default: answer at once; at most 600)."`
+	PID int `json:"pid" jsonschema:"Process ID returned by run_command."`
+	sandboxArg
+	WaitSeconds int `json:"wait_seconds,omitempty" jsonschema:"Wait up to this long for the process to finish before answering (0, the default: answer at once; at most 600)."`
 }
 
 type commandKillArgs struct {
-	PID     int    `json:"pid" jsonschema:"Process ID to kill (SIGKILL)."`
-	Sandbox string `json:"sandbox,omitempty" jsonschema:"ID of the sandbox the process runs in. Default: this session's own sandbox."`
+	PID int `json:"pid" jsonschema:"Process ID to kill (SIGKILL)."`
+	sandboxArg
 }
 
 type commandResult struct {
@@ -243,8 +243,8 @@ func (s *session) proc(ctx context.Context, sb *sdk.Sandbox, pid int) (p *proc, 
 }
 
 func (t *tools) commandOutput(ctx context.Context, req *mcp.CallToolRequest, in commandOutputArgs) (*mcp.CallToolResult, commandResult, error) {
-	if in.WaitSeconds < 0 || in.WaitSeconds > maxCommandWait {
-		return nil, commandResult{}, errors.New("wait_seconds must be between 0 and 600")
+	if err := within("wait_seconds", in.WaitSeconds, 0, maxCommandWait); err != nil {
+		return nil, commandResult{}, err
 	}
 	st, sb, _, err := t.target(ctx, req, in.Sandbox)
 	if err != nil {

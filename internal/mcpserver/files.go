@@ -23,9 +23,9 @@ const (
 )
 
 type fileReadArgs struct {
-	Path     string `json:"path" jsonschema:"File path in the sandbox; relative paths start at the user's home."`
-	Sandbox  string `json:"sandbox,omitempty" jsonschema:"ID of the sandbox. Default: this session's own sandbox."`
-	MaxBytes int    `json:"max_bytes,omitempty" jsonschema:"Read at most this many bytes (default and maximum: the server's read limit, 1 MiB unless configured)."`
+	Path string `json:"path" jsonschema:"File path in the sandbox; relative paths start at the user's home."`
+	sandboxArg
+	MaxBytes int `json:"max_bytes,omitempty" jsonschema:"Read at most this many bytes (default and maximum: the server's read limit, 1 MiB unless configured)."`
 }
 
 type fileReadResult struct {
@@ -42,7 +42,7 @@ type fileWriteArgs struct {
 	Path     string `json:"path" jsonschema:"File path in the sandbox; missing parent directories are created."`
 	Content  string `json:"content" jsonschema:"The file's new content."`
 	Encoding string `json:"encoding,omitempty" jsonschema:"utf-8 (default) or base64 (content is base64-encoded bytes)."`
-	Sandbox  string `json:"sandbox,omitempty" jsonschema:"ID of the sandbox. Default: this session's own sandbox."`
+	sandboxArg
 }
 
 type fileWriteResult struct {
@@ -52,9 +52,9 @@ type fileWriteResult struct {
 }
 
 type fileListArgs struct {
-	Path    string `json:"path,omitempty" jsonschema:"Directory to list; default the user's home."`
-	Depth   int    `json:"depth,omitempty" jsonschema:"How deep to descend (default 1: the directory's entries; at most 5)."`
-	Sandbox string `json:"sandbox,omitempty" jsonschema:"ID of the sandbox. Default: this session's own sandbox."`
+	Path  string `json:"path,omitempty" jsonschema:"Directory to list; default the user's home."`
+	Depth int    `json:"depth,omitempty" jsonschema:"How deep to descend (default 1: the directory's entries; at most 5)."`
+	sandboxArg
 }
 
 type fileEntry struct {
@@ -94,12 +94,9 @@ func (t *tools) registerFiles(srv *mcp.Server) {
 }
 
 func (t *tools) fileRead(ctx context.Context, req *mcp.CallToolRequest, in fileReadArgs) (*mcp.CallToolResult, fileReadResult, error) {
-	limit := t.svc.cfg.ReadLimit
-	if in.MaxBytes < 0 || in.MaxBytes > limit {
-		return nil, fileReadResult{}, fmt.Errorf("max_bytes must be between 1 and %d", limit)
-	}
-	if in.MaxBytes > 0 {
-		limit = in.MaxBytes
+	limit, err := orWithin("max_bytes", in.MaxBytes, t.svc.cfg.ReadLimit, 1, t.svc.cfg.ReadLimit)
+	if err != nil {
+		return nil, fileReadResult{}, err
 	}
 	st, sb, _, err := t.target(ctx, req, in.Sandbox)
 	if err != nil {
@@ -191,8 +188,9 @@ func (t *tools) fileWrite(ctx context.Context, req *mcp.CallToolRequest, in file
 }
 
 func (t *tools) fileList(ctx context.Context, req *mcp.CallToolRequest, in fileListArgs) (*mcp.CallToolResult, fileListResult, error) {
-	if in.Depth < 0 || in.Depth > maxListDepth {
-		return nil, fileListResult{}, fmt.Errorf("depth must be between 1 and %d", maxListDepth)
+	depth, err := orWithin("depth", in.Depth, 1, 1, maxListDepth)
+	if err != nil {
+		return nil, fileListResult{}, err
 	}
 	st, sb, _, err := t.target(ctx, req, in.Sandbox)
 	if err != nil {
@@ -202,7 +200,7 @@ func (t *tools) fileList(ctx context.Context, req *mcp.CallToolRequest, in fileL
 	if path == "" {
 		path = "."
 	}
-	entries, err := sb.Files.List(ctx, path, &sdk.ListDirOptions{Depth: max(in.Depth, 1)})
+	entries, err := sb.Files.List(ctx, path, &sdk.ListDirOptions{Depth: depth})
 	if err != nil {
 		return nil, fileListResult{}, st.fail("file_list", sb.ID(), err)
 	}

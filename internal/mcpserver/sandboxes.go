@@ -21,8 +21,10 @@ const (
 	maxListedSandboxes    = 100
 )
 
+// sandboxArg is the argument naming the sandbox a tool acts on (embedded in
+// the arguments of the tools that take more).
 type sandboxArg struct {
-	Sandbox string `json:"sandbox,omitempty" jsonschema:"Sandbox ID. Default: this session's own sandbox."`
+	Sandbox string `json:"sandbox,omitempty" jsonschema:"ID of the sandbox. Default: this session's own sandbox."`
 }
 
 type sandboxCreateArgs struct {
@@ -40,18 +42,18 @@ type sandboxListArgs struct {
 }
 
 type sandboxTimeoutArgs struct {
-	Sandbox        string `json:"sandbox,omitempty" jsonschema:"Sandbox ID. Default: this session's own sandbox."`
-	TimeoutSeconds int    `json:"timeout_seconds" jsonschema:"The sandbox is killed this many seconds from now (1 to 86400); it may shorten its life."`
+	sandboxArg
+	TimeoutSeconds int `json:"timeout_seconds" jsonschema:"The sandbox is killed this many seconds from now (1 to 86400); it may shorten its life."`
 }
 
 type sandboxResumeArgs struct {
-	Sandbox        string `json:"sandbox,omitempty" jsonschema:"Sandbox ID. Default: this session's own sandbox."`
-	TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"Keep it alive at least this many seconds from now (default 300)."`
+	sandboxArg
+	TimeoutSeconds int `json:"timeout_seconds,omitempty" jsonschema:"Keep it alive at least this many seconds from now (default 300)."`
 }
 
 type getURLArgs struct {
-	Port    int    `json:"port" jsonschema:"TCP port a server listens on inside the sandbox (1-65535)."`
-	Sandbox string `json:"sandbox,omitempty" jsonschema:"Sandbox ID. Default: this session's own sandbox."`
+	Port int `json:"port" jsonschema:"TCP port a server listens on inside the sandbox (1-65535)."`
+	sandboxArg
 }
 
 type sandboxInfo struct {
@@ -211,8 +213,8 @@ func (t *tools) sandboxKill(ctx context.Context, req *mcp.CallToolRequest, in sa
 }
 
 func (t *tools) sandboxSetTimeout(ctx context.Context, req *mcp.CallToolRequest, in sandboxTimeoutArgs) (*mcp.CallToolResult, lifecycleResult, error) {
-	if in.TimeoutSeconds < 1 || in.TimeoutSeconds > maxSandboxSeconds {
-		return nil, lifecycleResult{}, fmt.Errorf("timeout_seconds must be between 1 and %d", maxSandboxSeconds)
+	if err := within("timeout_seconds", in.TimeoutSeconds, 1, maxSandboxSeconds); err != nil {
+		return nil, lifecycleResult{}, err
 	}
 	st, id, err := t.resolve(req, in.Sandbox)
 	if err != nil {
@@ -266,8 +268,8 @@ func (t *tools) sandboxResume(ctx context.Context, req *mcp.CallToolRequest, in 
 }
 
 func (t *tools) getURL(ctx context.Context, req *mcp.CallToolRequest, in getURLArgs) (*mcp.CallToolResult, urlResult, error) {
-	if in.Port < 1 || in.Port > 65535 {
-		return nil, urlResult{}, fmt.Errorf("port must be between 1 and 65535 (got %d)", in.Port)
+	if err := within("port", in.Port, 1, 65535); err != nil {
+		return nil, urlResult{}, err
 	}
 	st, sb, _, err := t.target(ctx, req, in.Sandbox)
 	if err != nil {

@@ -54,13 +54,26 @@ func (s *session) fail(op, id string, err error) error {
 
 // seconds validates a seconds argument: 0 means def; otherwise 1..max.
 func seconds(name string, v, def, max int) (time.Duration, error) {
-	switch {
-	case v == 0:
-		return time.Duration(def) * time.Second, nil
-	case v < 0 || v > max:
-		return 0, fmt.Errorf("%s must be between 1 and %d (got %d)", name, max, v)
+	n, err := orWithin(name, v, def, 1, max)
+	return time.Duration(n) * time.Second, err
+}
+
+// orWithin validates an optional integer argument: 0 means def; otherwise
+// it must be within lo..hi.
+func orWithin(name string, v, def, lo, hi int) (int, error) {
+	if v == 0 {
+		return def, nil
 	}
-	return time.Duration(v) * time.Second, nil
+	return v, within(name, v, lo, hi)
+}
+
+// within checks that integer argument name is within lo..hi; the error
+// names the argument, the range and the value given.
+func within(name string, v, lo, hi int) error {
+	if v < lo || v > hi {
+		return fmt.Errorf("%s must be between %d and %d (got %d)", name, lo, hi, v)
+	}
+	return nil
 }
 
 // progress sends notifications/progress for a call that asked for them
