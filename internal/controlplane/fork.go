@@ -118,11 +118,7 @@ func (h httpAPI) forkSandbox(w http.ResponseWriter, r *http.Request) {
 		Timeout *int32 `json:"timeout"`
 		Count   *int   `json:"count"`
 	}
-	if !h.ready(w) {
-		return
-	}
-	if err := decodeBody(w, r, &b, false); err != nil {
-		h.fail(w, r, err)
+	if !h.readyDecode(w, r, &b, false) {
 		return
 	}
 	ttl, err := h.s.ttl(b.Timeout, defaultTimeoutV2)
@@ -137,9 +133,5 @@ func (h httpAPI) forkSandbox(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		out, err = h.s.fork(r.Context(), r.PathValue("sandboxID"), teamOf(r), ttl, count)
 	}
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, out)
+	h.reply(w, r, http.StatusCreated, out, err)
 }

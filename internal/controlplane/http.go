@@ -199,6 +199,37 @@ func (h httpAPI) ready(w http.ResponseWriter) bool {
 	return true
 }
 
+// readyDecode is ready, then decodeBody of the request body into v (an empty
+// body is a 400 when required); false when it has answered the request.
+func (h httpAPI) readyDecode(w http.ResponseWriter, r *http.Request, v any, required bool) bool {
+	if !h.ready(w) {
+		return false
+	}
+	if err := decodeBody(w, r, v, required); err != nil {
+		h.fail(w, r, err)
+		return false
+	}
+	return true
+}
+
+// reply writes v as JSON with status, or err (non-nil) as fail does.
+func (h httpAPI) reply(w http.ResponseWriter, r *http.Request, status int, v any, err error) {
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, status, v)
+}
+
+// views maps records to their API views.
+func views[T, V any](in []T, view func(T) V) []V {
+	out := make([]V, len(in))
+	for i, t := range in {
+		out[i] = view(t)
+	}
+	return out
+}
+
 // CreateSandbox implements POST /sandboxes (v1: secured only with secure=true, default timeout 15 s).
 func (h httpAPI) CreateSandbox(w http.ResponseWriter, r *http.Request, p api.CreateSandboxParams) {
 	var b api.CreateSandboxJSONRequestBody

@@ -189,19 +189,11 @@ func (h httpAPI) createSnapshot(w http.ResponseWriter, r *http.Request) {
 	var b struct {
 		Name *string `json:"name"`
 	}
-	if !h.ready(w) {
-		return
-	}
-	if err := decodeBody(w, r, &b, false); err != nil {
-		h.fail(w, r, err)
+	if !h.readyDecode(w, r, &b, false) {
 		return
 	}
 	sn, err := h.s.snapshot(r.Context(), r.PathValue("sandboxID"), teamOf(r), deref(b.Name), false)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, viewSnapshot(sn))
+	h.reply(w, r, http.StatusCreated, viewSnapshot(sn), err)
 }
 
 // listSnapshots implements GET /snapshots?sandboxID=&name=&limit=&nextToken=,
@@ -235,11 +227,7 @@ func (h httpAPI) listSnapshots(w http.ResponseWriter, r *http.Request) {
 		list = list[:f.Limit-1]
 		w.Header().Set("X-Next-Token", list[len(list)-1].ID)
 	}
-	out := make([]snapshotView, len(list))
-	for i, sn := range list {
-		out[i] = viewSnapshot(sn)
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, views(list, viewSnapshot))
 }
 
 // getSnapshot implements GET /snapshots/{snapshotID}.
@@ -250,9 +238,5 @@ func (h httpAPI) getSnapshot(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("snapshot '%s' not found", ref))
 		return
 	}
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, viewSnapshot(sn))
+	h.reply(w, r, http.StatusOK, viewSnapshot(sn), err)
 }

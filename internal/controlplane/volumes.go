@@ -189,43 +189,23 @@ func (h httpAPI) postVolume(w http.ResponseWriter, r *http.Request) {
 		Name   string `json:"name"`
 		SizeMB *int   `json:"sizeMB"`
 	}
-	if !h.ready(w) {
-		return
-	}
-	if err := decodeBody(w, r, &b, true); err != nil {
-		h.fail(w, r, err)
+	if !h.readyDecode(w, r, &b, true) {
 		return
 	}
 	v, err := h.s.createVolume(r.Context(), teamOf(r), b.Name, b.SizeMB)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, h.s.viewVolume(v, true))
+	h.reply(w, r, http.StatusCreated, h.s.viewVolume(v, true), err)
 }
 
 // listVolumes implements GET /volumes → [Volume].
 func (h httpAPI) listVolumes(w http.ResponseWriter, r *http.Request) {
 	vols, err := h.s.store.ListVolumes(r.Context(), teamOf(r))
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	out := make([]volumeView, len(vols))
-	for i, v := range vols {
-		out[i] = h.s.viewVolume(v, false)
-	}
-	writeJSON(w, http.StatusOK, out)
+	h.reply(w, r, http.StatusOK, views(vols, func(v store.Volume) volumeView { return h.s.viewVolume(v, false) }), err)
 }
 
 // getVolume implements GET /volumes/{id} → VolumeAndToken.
 func (h httpAPI) getVolume(w http.ResponseWriter, r *http.Request) {
 	v, err := h.s.findVolume(r.Context(), teamOf(r), r.PathValue("volumeID"))
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, h.s.viewVolume(v, true))
+	h.reply(w, r, http.StatusOK, h.s.viewVolume(v, true), err)
 }
 
 // delVolume implements DELETE /volumes/{id} → 204.
