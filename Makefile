@@ -12,16 +12,17 @@ all: build
 build: runc
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/cubby
 
-## generate: envd Connect code from proto/ (protoc + protoc-gen-go + protoc-gen-connect-go) and the REST types from api/openapi.yaml (oapi-codegen)
+## generate: the envd Connect code in internal/envdpb from proto/envd (buf, protoc-gen-go, protoc-gen-connect-go) and the
+## REST types and client from api/*.yaml (oapi-codegen); the generators are pinned in tools/generate/go.mod and run with
+## `go tool` (Go and the module proxy are all a fresh machine needs). The protobuf and Connect generators must be the
+## versions of the runtime libraries in go.mod.
+GENERATE := $(GO) tool -modfile=tools/generate/go.mod
 generate:
-	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
-	$(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@v1.21.1
-	$(GO) install github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen@v2.8.2
-	PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc -I proto/envd \
-		--go_out=. --go_opt=module=github.com/cubby-dev/cubby \
-		--connect-go_out=. --connect-go_opt=module=github.com/cubby-dev/cubby \
-		filesystem/filesystem.proto process/process.proto
-	PATH="$$($(GO) env GOPATH)/bin:$$PATH" $(GO) generate ./internal/api/... ./sdk/internal/apiclient/...
+	@for m in google.golang.org/protobuf connectrpc.com/connect; do \
+		want=$$($(GO) list -m -f '{{.Version}}' $$m); got=$$($(GO) list -modfile=tools/generate/go.mod -m -f '{{.Version}}' $$m); \
+		[ "$$want" = "$$got" ] || { echo "generate: $$m is $$want in go.mod but $$got in tools/generate/go.mod"; exit 1; }; done
+	$(GENERATE) buf generate proto/envd --template proto/buf.gen.yaml
+	$(GO) generate ./internal/api/... ./sdk/internal/apiclient/...
 
 ## web: vendor the dashboard's browser code (xterm.js, pinned and integrity-checked from npm) into internal/dashboard/web/static/vendor; the output is committed
 web:

@@ -3,4 +3,4 @@
 // (docs/templates.md).
 package templateapi
 
-//go:generate /root/go/bin/oapi-codegen -config ../../../api/oapi-codegen-templates.yaml ../../../api/templates.yaml
+//go:generate go tool -modfile=../../../tools/generate/go.mod oapi-codegen -config ../../../api/oapi-codegen-templates.yaml ../../../api/templates.yaml

@@ -3,4 +3,4 @@
 // is not meant to be used directly.
 package apiclient
 
-//go:generate /root/go/bin/oapi-codegen -config ../../../api/oapi-codegen-client.yaml ../../../api/openapi.yaml
+//go:generate go tool -modfile=../../../tools/generate/go.mod oapi-codegen -config ../../../api/oapi-codegen-client.yaml ../../../api/openapi.yaml
