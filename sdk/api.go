@@ -16,7 +16,7 @@ import (
 // maxErrorBody caps how much of an error response is read.
 const maxErrorBody = 64 << 10
 
-// controlPlane wraps the generated REST client of the control plane (E2B wire
+// controlPlane wraps the generated REST client of the control plane (docs/wire/e2b-api.md
 // §2) with the SDK's error mapping.
 type controlPlane struct {
 	cfg    *config
@@ -67,7 +67,7 @@ func (cp *controlPlane) call(ctx context.Context, op, sandboxID string, ok []int
 	return resp.StatusCode, resp.Header, body, controlPlaneError(op, sandboxID, resp, body)
 }
 
-// controlPlaneError maps a control-plane error response (E2B wire §2.1).
+// controlPlaneError maps a control-plane error response (docs/wire/e2b-api.md §2.1).
 func controlPlaneError(op, sandboxID string, resp *http.Response, body []byte) error {
 	msg := errorMessage(body)
 	switch resp.StatusCode {

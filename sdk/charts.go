@@ -5,7 +5,7 @@ import (
 	"strconv"
 )
 
-// ChartType is the kind of a chart (E2B wire §4.4).
+// ChartType is the kind of a chart (docs/wire/code-interpreter.md §4.4).
 type ChartType string
 
 // Chart types.

@@ -70,7 +70,7 @@ type CommandResult struct {
 	Error string
 }
 
-// ProcessInfo describes a running process (ProcessInfo, E2B wire §3.2).
+// ProcessInfo describes a running process (ProcessInfo, docs/wire/envd.md §3.2).
 type ProcessInfo struct {
 	PID  uint32
 	Tag  string
@@ -81,7 +81,7 @@ type ProcessInfo struct {
 }
 
 // Commands starts and manages processes in the sandbox through envd's
-// process service (E2B wire §3.3). Commands run as `/bin/bash -l -c <cmd>`.
+// process service (docs/wire/envd.md §3.3). Commands run as `/bin/bash -l -c <cmd>`.
 type Commands struct {
 	s *Sandbox
 }
@@ -286,7 +286,7 @@ func (s *Sandbox) connectProcess(ctx context.Context, pid uint32, timeout time.D
 	return s.attach(ctx, sctx, cancel, handshakeDone, "connect to process", pidTarget(pid), st, err, cb)
 }
 
-// attach waits for the start event (E2B wire §3.3: it must come first) and
+// attach waits for the start event (docs/wire/envd.md §3.3: it must come first) and
 // hands the stream to a new CommandHandle.
 func (s *Sandbox) attach(ctx, sctx context.Context, cancel context.CancelFunc, handshakeDone func(), op string, t target,
 	st eventStream, err error, cb callbacks) (*CommandHandle, error) {

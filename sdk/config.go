@@ -12,24 +12,24 @@ import (
 // Version is the version of this SDK, sent in the User-Agent header.
 const Version = "0.1.0"
 
-// Default ports and timeouts of the E2B protocol (E2B wire §1.2, §1.6).
+// Default ports and timeouts of the E2B protocol (docs/wire/e2b-api.md §1.2, §1.6).
 const (
-	// EnvdPort is the port of envd, the in-sandbox daemon (E2B wire §3).
+	// EnvdPort is the port of envd, the in-sandbox daemon (docs/wire/envd.md §3).
 	EnvdPort = 49983
-	// CodeInterpreterPort is the port of the code-interpreter service (E2B wire §4).
+	// CodeInterpreterPort is the port of the code-interpreter service (docs/wire/code-interpreter.md §4).
 	CodeInterpreterPort = 49999
 	// DefaultRequestTimeout bounds each unary request and the handshake of each
-	// stream (E2B wire §1.6).
+	// stream (docs/wire/e2b-api.md §1.6).
 	DefaultRequestTimeout = 60 * time.Second
 	// DefaultStreamTimeout is the default lifetime of commands, PTYs, directory
-	// watches and code executions (E2B wire §1.6, §4.5).
+	// watches and code executions (docs/wire/e2b-api.md §1.6, docs/wire/code-interpreter.md §4.5).
 	DefaultStreamTimeout = 60 * time.Second
-	// DefaultSandboxTimeout is the default lifetime of a new sandbox (E2B wire §2.3).
+	// DefaultSandboxTimeout is the default lifetime of a new sandbox (docs/wire/e2b-api.md §2.3).
 	DefaultSandboxTimeout = 300 * time.Second
 	// DefaultTemplate is the template a Create without Template uses.
 	DefaultTemplate = "base"
 	// DefaultUser is the user name the SDK sends to envd older than 0.4.0,
-	// which has no default user (E2B wire §2.5).
+	// which has no default user (docs/wire/e2b-api.md §2.5).
 	DefaultUser = "user"
 	// DefaultDomain is E2B's cloud domain, used when neither the options nor
 	// E2B_DOMAIN name one.
@@ -39,15 +39,15 @@ const (
 // NoTimeout, used as a timeout option, disables that timeout (the wire value 0).
 const NoTimeout time.Duration = -1
 
-// debugSandboxID is the ID a debug-mode Create returns (E2B wire §1.7).
+// debugSandboxID is the ID a debug-mode Create returns (docs/wire/e2b-api.md §1.7).
 const debugSandboxID = "debug_sandbox_id"
 
-// debugEnvdVersion is the envd version assumed in debug mode (E2B wire §1.7).
+// debugEnvdVersion is the envd version assumed in debug mode (docs/wire/e2b-api.md §1.7).
 const debugEnvdVersion = "99.99.99"
 
 // ConnectionOptions say where the control plane and the sandboxes are and how
 // to authenticate. Zero fields fall back to the environment variables of the
-// official SDKs (E2B wire §1.1) and then to E2B's defaults.
+// official SDKs (docs/wire/e2b-api.md §1.1) and then to E2B's defaults.
 type ConnectionOptions struct {
 	// APIKey is sent as X-API-KEY to the control plane; default $E2B_API_KEY.
 	APIKey string
@@ -63,7 +63,7 @@ type ConnectionOptions struct {
 	SandboxURL string
 	// Debug talks to a local envd (localhost:49983) and code interpreter
 	// (localhost:49999) without creating sandboxes through the API. It is also
-	// on when $E2B_DEBUG is "true" (case-insensitive). E2B wire §1.7.
+	// on when $E2B_DEBUG is "true" (case-insensitive). docs/wire/e2b-api.md §1.7.
 	Debug bool
 	// RequestTimeout bounds each unary request and the handshake of each
 	// stream; 0 means DefaultRequestTimeout (60 s), NoTimeout disables it.
@@ -91,7 +91,7 @@ type config struct {
 	logger         *slog.Logger
 }
 
-// resolve applies the environment variables and defaults of E2B wire §1.1–1.2.
+// resolve applies the environment variables and defaults of docs/wire/e2b-api.md §1.1–§1.2.
 func (o *ConnectionOptions) resolve() config {
 	var opts ConnectionOptions
 	if o != nil {
@@ -141,11 +141,11 @@ func firstNonEmpty(vals ...string) string {
 }
 
 // e2bCloudDomains are the domains whose envd traffic goes to the shared
-// sandbox.<domain> host (E2B wire §1.2).
+// sandbox.<domain> host (docs/wire/e2b-api.md §1.2).
 var e2bCloudDomains = map[string]bool{"e2b.app": true, "e2b.dev": true, "e2b.pro": true, "e2b-staging.dev": true}
 
 // envdURL is the base URL of envd RPC and REST for a sandbox (getSandboxUrl,
-// E2B wire §1.2). sandboxDomain is the server-returned domain or "".
+// docs/wire/e2b-api.md §1.2). sandboxDomain is the server-returned domain or "".
 func (c *config) envdURL(id, sandboxDomain string) string {
 	sd := firstNonEmpty(sandboxDomain, c.domain)
 	switch {
@@ -160,7 +160,7 @@ func (c *config) envdURL(id, sandboxDomain string) string {
 }
 
 // directURL is the per-port sandbox URL used for signed file URLs and the code
-// interpreter (E2B wire §1.2).
+// interpreter (docs/wire/e2b-api.md §1.2).
 func (c *config) directURL(id, sandboxDomain string, port int) string {
 	switch {
 	case c.sandboxURL != "":
@@ -172,7 +172,7 @@ func (c *config) directURL(id, sandboxDomain string, port int) string {
 }
 
 // host is getHost(port): "<port>-<id>.<domain>", or "localhost:<port>" in debug
-// mode. It ignores SandboxURL (E2B wire §1.2).
+// mode. It ignores SandboxURL (docs/wire/e2b-api.md §1.2).
 func (c *config) host(id, sandboxDomain string, port int) string {
 	if c.debug {
 		return "localhost:" + strconv.Itoa(port)

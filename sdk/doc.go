@@ -1,8 +1,9 @@
 // Package sdk is the Go client for Cubby and other E2B-compatible sandbox servers,
 // including E2B's own cloud. It speaks the wire protocol of E2B's official SDKs
-// (docs/e2b-compatibility.md): the control-plane REST API (§2), envd's Connect
-// RPC and /files endpoints inside each sandbox (§3) and the code-interpreter
-// service on port 49999 (§4).
+// (docs/wire/ in the repository): the control-plane REST API
+// (docs/wire/e2b-api.md), envd's Connect RPC and /files endpoints inside each
+// sandbox (docs/wire/envd.md) and the code-interpreter service on port 49999
+// (docs/wire/code-interpreter.md).
 //
 // # Configuration
 //

@@ -19,7 +19,7 @@ type target struct {
 
 // setUser selects the sandbox user of an RPC: Authorization: Basic
 // base64("<user>:"), sent only when a user is given, or always ("user") for
-// envd older than 0.4.0 (E2B wire §1.4, §2.5).
+// envd older than 0.4.0 (docs/wire/e2b-api.md §1.4, §2.5).
 func (s *Sandbox) setUser(h http.Header, user string) {
 	if user == "" && !versionAtLeast(s.envdVersion, "0.4.0") {
 		user = DefaultUser
@@ -29,7 +29,7 @@ func (s *Sandbox) setUser(h http.Header, user string) {
 	}
 }
 
-// queryUser is the username= query value of /files requests (E2B wire §3.4):
+// queryUser is the username= query value of /files requests (docs/wire/envd.md §3.4):
 // the given user, or "user" for envd older than 0.4.0.
 func (s *Sandbox) queryUser(user string) string {
 	if user == "" && !versionAtLeast(s.envdVersion, "0.4.0") {
@@ -53,7 +53,7 @@ func unary[Req, Res any](ctx context.Context, s *Sandbox, op, user string, t tar
 	return resp.Msg, nil
 }
 
-// rpcError maps an envd Connect error to the SDK's typed errors (E2B wire
+// rpcError maps an envd Connect error to the SDK's typed errors (docs/wire/envd.md
 // §3.5). ctx is the caller's context, rctx the one the call ran under (its
 // cause tells a request timeout from the caller's deadline).
 func (s *Sandbox) rpcError(ctx, rctx context.Context, op string, t target, err error) error {
@@ -71,7 +71,7 @@ func (s *Sandbox) rpcError(ctx, rctx context.Context, op string, t target, err e
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	if !connect.IsWireError(err) && ce.Code() != connect.CodeDeadlineExceeded {
-		// The connection broke: the sandbox may have been killed (E2B wire §3.5).
+		// The connection broke: the sandbox may have been killed (docs/wire/envd.md §3.5).
 		if s.probeKilled(ctx) {
 			return killedError(s.id)
 		}
@@ -99,7 +99,7 @@ func (s *Sandbox) rpcError(ctx, rctx context.Context, op string, t target, err e
 }
 
 // keepalivePingInterval is the Keepalive-Ping-Interval (seconds) the SDKs
-// send on streams (E2B wire §3.1).
+// send on streams (docs/wire/envd.md §3.1).
 const keepalivePingInterval = "50"
 
 // setStreamHeaders sets the headers of a server-streaming RPC.
@@ -111,7 +111,7 @@ func (s *Sandbox) setStreamHeaders(h http.Header, user string) {
 // streamContext returns the context of a stream that should outlive ctx:
 // it keeps ctx's values, ends after timeout (0 = DefaultStreamTimeout,
 // negative = never; connect-go sends the deadline as Connect-Timeout-Ms, which
-// envd uses as the process or watch lifetime, E2B wire §3.1), and until
+// envd uses as the process or watch lifetime, docs/wire/envd.md §3.1), and until
 // handshakeDone is called it is also cancelled by ctx and by the request
 // timeout (cause errRequestTimeout). cancel ends the stream.
 func (s *Sandbox) streamContext(ctx context.Context, timeout time.Duration) (sctx context.Context, cancel context.CancelFunc, handshakeDone func()) {

@@ -15,11 +15,11 @@ var ErrNotFound = errors.New("not found")
 // ErrSandboxKilled matches (with errors.Is) the *TimeoutError returned when
 // the sandbox was killed, paused or reached its end of life while a request was
 // in flight: the request failed and the sandbox's GET /health answered 502
-// (E2B wire §3.5, §1.3).
+// (docs/wire/envd.md §3.5, docs/wire/e2b-api.md §1.3).
 var ErrSandboxKilled = errors.New("sandbox was killed")
 
 // ErrNotEnoughSpace is returned when a file upload fails because the sandbox's
-// disk is full (HTTP 507, E2B wire §3.4).
+// disk is full (HTTP 507, docs/wire/envd.md §3.4).
 var ErrNotEnoughSpace = errors.New("not enough disk space in the sandbox")
 
 // Resource kinds reported by NotFoundError.Resource.
@@ -120,7 +120,7 @@ func (e *RateLimitError) Error() string {
 }
 
 // CommandExitError is returned by Commands.Run and CommandHandle.Wait when a
-// command exits with a non-zero code (E2B wire §3.3). ExitCode is -1 when the
+// command exits with a non-zero code (docs/wire/envd.md §3.3). ExitCode is -1 when the
 // process was killed by a signal.
 type CommandExitError struct {
 	ExitCode int

@@ -19,14 +19,14 @@ import (
 // FileType is the type of a filesystem entry.
 type FileType string
 
-// File types (E2B wire §3.2 FileType).
+// File types (docs/wire/envd.md §3.2 FileType).
 const (
 	FileTypeFile    FileType = "file"
 	FileTypeDir     FileType = "dir"
 	FileTypeSymlink FileType = "symlink"
 )
 
-// WriteInfo describes a written file (the /files upload response, E2B wire §3.4).
+// WriteInfo describes a written file (the /files upload response, docs/wire/envd.md §3.4).
 type WriteInfo struct {
 	Name string
 	Type FileType
@@ -36,7 +36,7 @@ type WriteInfo struct {
 	Metadata map[string]string
 }
 
-// EntryInfo describes a filesystem entry (EntryInfo, E2B wire §3.2).
+// EntryInfo describes a filesystem entry (EntryInfo, docs/wire/envd.md §3.2).
 type EntryInfo struct {
 	Name string
 	Type FileType
@@ -92,7 +92,7 @@ type WriteEntry struct {
 }
 
 // Filesystem reads and changes the sandbox's files through envd's
-// filesystem RPCs and its /files endpoint (E2B wire §3.3, §3.4).
+// filesystem RPCs and its /files endpoint (docs/wire/envd.md §3.3, §3.4).
 type Filesystem struct {
 	s *Sandbox
 }
@@ -174,7 +174,7 @@ func (f *Filesystem) WriteReader(ctx context.Context, path string, r io.Reader, 
 }
 
 // WriteFiles writes several files in one multipart request; each part's
-// file name is its destination path (E2B wire §3.4). It returns one WriteInfo
+// file name is its destination path (docs/wire/envd.md §3.4). It returns one WriteInfo
 // per file. Errors: those of Write.
 func (f *Filesystem) WriteFiles(ctx context.Context, files []WriteEntry, opts *WriteOptions) ([]WriteInfo, error) {
 	if len(files) == 0 {
@@ -333,7 +333,7 @@ func (f *Filesystem) GetInfo(ctx context.Context, path string, opts *FileOptions
 }
 
 // Remove removes a file or a directory tree; a missing path is not an error
-// (E2B wire §3.3). Errors: the envd errors of Read.
+// (docs/wire/envd.md §3.3). Errors: the envd errors of Read.
 func (f *Filesystem) Remove(ctx context.Context, path string, opts *FileOptions) error {
 	_, err := unary(ctx, f.s, "remove "+path, opts.user(), target{ResourceFile, path}, f.s.fsys.Remove,
 		&filesystem.RemoveRequest{Path: path})
@@ -433,7 +433,7 @@ func (s *Sandbox) filesRequest(ctx context.Context, method string, q url.Values,
 	return resp, func() { cancel(nil) }, nil
 }
 
-// filesError maps a /files error status (E2B wire §3.4).
+// filesError maps a /files error status (docs/wire/envd.md §3.4).
 func (s *Sandbox) filesError(ctx context.Context, op string, t target, resp *http.Response, raw []byte) error {
 	msg := errorMessage(raw)
 	switch resp.StatusCode {
@@ -462,7 +462,7 @@ func (s *Sandbox) streamError(ctx context.Context, op string, err error) error {
 }
 
 // transportFailure maps a failed HTTP exchange with the sandbox: the caller's
-// context, the request timeout, a killed sandbox (E2B wire §3.5) or an
+// context, the request timeout, a killed sandbox (docs/wire/envd.md §3.5) or an
 // unreachable server.
 func (s *Sandbox) transportFailure(ctx, rctx context.Context, op string, err error) error {
 	if ctx.Err() != nil {

@@ -21,7 +21,7 @@ type FileURLOptions struct {
 
 // UploadURL returns a URL that accepts a POST of a file to path (multipart
 // part "file" or application/octet-stream) without any header: for a secured
-// sandbox the URL carries a v1 signature of the write (E2B wire §3.7). It is
+// sandbox the URL carries a v1 signature of the write (docs/wire/envd.md §3.7). It is
 // based on the sandbox's direct envd URL (SandboxURL, or
 // https://49983-<id>.<domain>). Errors: *InvalidArgumentError when Expiration
 // is set on an unsecured sandbox.
@@ -47,7 +47,7 @@ func (s *Sandbox) fileURL(path, op string, opts *FileURLOptions) (string, error)
 	if err != nil {
 		return "", &InvalidArgumentError{Message: "sandbox URL: " + err.Error()}
 	}
-	// /files resolves from the root, like the SDKs (E2B wire §1.2).
+	// /files resolves from the root, like the SDKs (docs/wire/e2b-api.md §1.2).
 	base.Path, base.RawPath = "/files", ""
 	q := url.Values{"path": {path}}
 	user := s.queryUser(o.User)

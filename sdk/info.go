@@ -10,13 +10,13 @@ import (
 // SandboxState is the state of a sandbox: StateRunning or StatePaused.
 type SandboxState string
 
-// Sandbox states (E2B wire §2.2).
+// Sandbox states (docs/wire/e2b-api.md §2.2).
 const (
 	StateRunning SandboxState = "running"
 	StatePaused  SandboxState = "paused"
 )
 
-// SandboxInfo describes a sandbox (SandboxDetail / ListedSandbox, E2B wire §2.2).
+// SandboxInfo describes a sandbox (SandboxDetail / ListedSandbox, docs/wire/e2b-api.md §2.2).
 type SandboxInfo struct {
 	SandboxID  string
 	TemplateID string
@@ -60,7 +60,7 @@ type LifecycleInfo struct {
 	AutoResume bool
 }
 
-// SandboxMetrics is one resource sample of a sandbox (SandboxMetric, E2B wire §2.2).
+// SandboxMetrics is one resource sample of a sandbox (SandboxMetric, docs/wire/e2b-api.md §2.2).
 type SandboxMetrics struct {
 	Timestamp  time.Time
 	CPUUsedPct float64 // percent

@@ -18,7 +18,7 @@ import (
 var errExecTimeout = errors.New("execution timeout")
 
 // CodeContext is an isolated interpreter state (a Jupyter kernel) in which
-// cells run (E2B wire §4.1).
+// cells run (docs/wire/code-interpreter.md §4.1).
 type CodeContext struct {
 	ID       string `json:"id"`
 	Language string `json:"language"`
@@ -55,7 +55,7 @@ type RunCodeOptions struct {
 }
 
 // RunCode runs code in the sandbox's code interpreter (POST /execute on port
-// 49999, E2B wire §4) and returns the execution; a cell that raised has
+// 49999, docs/wire/code-interpreter.md §4) and returns the execution; a cell that raised has
 // Execution.Error set and a nil error. When the stream breaks after it
 // started, the partial Execution is returned with the error. Cancelling ctx (or the Timeout)
 // disconnects, which interrupts the cell on the server. Errors:
@@ -119,7 +119,7 @@ func (s *Sandbox) execError(ctx, ectx context.Context, timeout time.Duration, er
 	return err
 }
 
-// executeLine is one NDJSON line of the /execute stream (E2B wire §4.2).
+// executeLine is one NDJSON line of the /execute stream (docs/wire/code-interpreter.md §4.2).
 type executeLine struct {
 	Type           string `json:"type"`
 	Text           string `json:"text"`
@@ -247,7 +247,7 @@ func (s *Sandbox) ciUnary(ctx context.Context, method, path string, body any, t 
 	return decodeBody(path, raw, out)
 }
 
-// ciRequest sends a request to the code interpreter (port 49999, E2B wire
+// ciRequest sends a request to the code interpreter (port 49999, docs/wire/code-interpreter.md
 // §4.1); the request timeout bounds the time to response headers. Both the
 // access token and the traffic token (when the server returned them) go on
 // every route: E2B needs the access token on /execute, a Cubby server accepts
@@ -293,7 +293,7 @@ func (s *Sandbox) ciRequest(ctx, rctx context.Context, method, path string, body
 	return resp, nil
 }
 
-// ciError maps a code-interpreter error status (E2B wire §4.1): 404 is an
+// ciError maps a code-interpreter error status (docs/wire/code-interpreter.md §4.1): 404 is an
 // unknown context, 502 a dead sandbox or one without a code interpreter.
 func (s *Sandbox) ciError(ctx context.Context, op string, t target, resp *http.Response, raw []byte) error {
 	msg := errorMessage(raw)

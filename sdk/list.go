@@ -13,7 +13,7 @@ import (
 )
 
 // ListOptions filter and page List and NewSandboxPaginator (GET /v2/sandboxes,
-// E2B wire §2.4). Filters combine with AND.
+// docs/wire/e2b-api.md §2.4). Filters combine with AND.
 type ListOptions struct {
 	ConnectionOptions
 	// Metadata keeps sandboxes whose metadata contains every key/value pair.
@@ -82,7 +82,7 @@ func (p *SandboxPaginator) NextItems(ctx context.Context) ([]SandboxInfo, error)
 }
 
 // List iterates over every sandbox matching opts (nil: all), fetching pages
-// lazily (GET /v2/sandboxes with X-Next-Token paging, E2B wire §2.4). An error
+// lazily (GET /v2/sandboxes with X-Next-Token paging, docs/wire/e2b-api.md §2.4). An error
 // is yielded once, as the last element.
 func List(ctx context.Context, opts *ListOptions) iter.Seq2[SandboxInfo, error] {
 	return func(yield func(SandboxInfo, error) bool) {
@@ -134,7 +134,7 @@ func listParams(o *ListOptions, token string) apiclient.ListSandboxesV2Params {
 
 // encodeMetadataFilter builds the metadata query value before the client's
 // own query encoding: each key and value escaped and joined as a query string,
-// then escaped once more, as the SDKs do (E2B wire §2.4).
+// then escaped once more, as the SDKs do (docs/wire/e2b-api.md §2.4).
 func encodeMetadataFilter(md map[string]string) string {
 	keys := slices.Sorted(maps.Keys(md))
 	pairs := make([]string, len(keys))

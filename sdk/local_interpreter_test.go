@@ -18,7 +18,7 @@ import (
 
 // TestDebugModeLocalInterpreter drives Cubby's real code-interpreter service
 // (internal/interpreter with this host's ipykernel) on a loopback listener in
-// debug mode (E2B wire §1.7: no control plane, the sandbox URL points at the
+// debug mode (docs/wire/e2b-api.md §1.7: no control plane, the sandbox URL points at the
 // service). It covers RunCode's NDJSON decoding, callbacks, charts,
 // DataFrames, contexts and interrupt-on-timeout without a sandbox.
 func TestDebugModeLocalInterpreter(t *testing.T) {

@@ -29,7 +29,7 @@ type PtyOptions struct {
 }
 
 // Pty starts and drives interactive terminals: a login bash (`/bin/bash -i
-// -l`) on a pseudo-terminal (E2B wire §3.3).
+// -l`) on a pseudo-terminal (docs/wire/envd.md §3.3).
 type Pty struct {
 	s *Sandbox
 }

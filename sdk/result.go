@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Execution is the outcome of RunCode (E2B wire §4.2).
+// Execution is the outcome of RunCode (docs/wire/code-interpreter.md §4.2).
 type Execution struct {
 	// Results are the cell's displayed values in order; the value of the
 	// cell's last expression has IsMainResult.
@@ -62,7 +62,7 @@ type ExecutionError struct {
 func (e *ExecutionError) Error() string { return e.Name + ": " + e.Value }
 
 // Result is one displayed value of a cell in all the formats the kernel
-// produced (E2B wire §4.2): text/plain → Text, image/png → PNG (base64), and
+// produced (docs/wire/code-interpreter.md §4.2): text/plain → Text, image/png → PNG (base64), and
 // so on. Formats the SDK does not know are in Extra by MIME type.
 type Result struct {
 	Text       string
@@ -75,9 +75,9 @@ type Result struct {
 	LaTeX      string
 	JSON       map[string]any
 	JavaScript string
-	// Data is a pandas DataFrame as column name → values (E2B wire §4.3).
+	// Data is a pandas DataFrame as column name → values (docs/wire/code-interpreter.md §4.3).
 	Data map[string]any
-	// Chart is the decoded matplotlib chart (E2B wire §4.4), nil if none.
+	// Chart is the decoded matplotlib chart (docs/wire/code-interpreter.md §4.4), nil if none.
 	Chart Chart
 	// Extra holds other MIME types as sent.
 	Extra map[string]any

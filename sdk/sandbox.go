@@ -15,7 +15,7 @@ import (
 	"github.com/cubby-dev/cubby/sdk/internal/apiclient"
 )
 
-// CreateOptions configure Create (the NewSandboxV2 body of E2B wire §2.3).
+// CreateOptions configure Create (the NewSandboxV2 body of docs/wire/e2b-api.md §2.3).
 type CreateOptions struct {
 	ConnectionOptions
 	// Template is the template ID or alias; default "base".
@@ -40,7 +40,7 @@ type CreateOptions struct {
 	IdempotencyKey string
 }
 
-// NetworkOptions are the sandbox network settings of E2B wire §2.2; the
+// NetworkOptions are the sandbox network settings of docs/wire/e2b-api.md §2.2; the
 // egress rules are those of NetworkUpdate (see there).
 type NetworkOptions struct {
 	NetworkUpdate
@@ -83,17 +83,17 @@ type Sandbox struct {
 	proc      processconnect.ProcessClient
 	fsys      filesystemconnect.FilesystemClient
 
-	// Files reads and writes the sandbox filesystem (E2B wire §3.3, §3.4).
+	// Files reads and writes the sandbox filesystem (docs/wire/envd.md §3.3, §3.4).
 	Files *Filesystem
-	// Commands starts and manages processes (E2B wire §3.3).
+	// Commands starts and manages processes (docs/wire/envd.md §3.3).
 	Commands *Commands
-	// Pty starts and drives interactive terminals (E2B wire §3.3).
+	// Pty starts and drives interactive terminals (docs/wire/envd.md §3.3).
 	Pty *Pty
 }
 
-// Create starts a new sandbox from a template (POST /v2/sandboxes, E2B wire
+// Create starts a new sandbox from a template (POST /v2/sandboxes, docs/wire/e2b-api.md
 // §2.3) and returns a connection to it. In debug mode it makes no API call and
-// returns the sandbox "debug_sandbox_id" (E2B wire §1.7). Errors:
+// returns the sandbox "debug_sandbox_id" (docs/wire/e2b-api.md §1.7). Errors:
 // *AuthenticationError (no or wrong API key), *NotFoundError (unknown
 // template), *InvalidArgumentError, *RateLimitError, *ConnectionError,
 // *TimeoutError, *APIError.
@@ -145,7 +145,7 @@ func createBody(opts *CreateOptions) apiclient.NewSandboxV2 {
 }
 
 // Connect connects to a running or paused sandbox by ID, resuming it when
-// paused (POST /v2/sandboxes/{id}/connect, E2B wire §2.3). Errors:
+// paused (POST /v2/sandboxes/{id}/connect, docs/wire/e2b-api.md §2.3). Errors:
 // *NotFoundError (unknown or killed sandbox) and those of Create.
 func Connect(ctx context.Context, id string, opts *ConnectOptions) (*Sandbox, error) {
 	if opts == nil {
@@ -206,7 +206,7 @@ func withControlPlane(opts *ConnectionOptions, f func(*controlPlane) error) erro
 	return f(cp)
 }
 
-// newDebugSandbox is the sandbox of debug mode (E2B wire §1.7): no API call,
+// newDebugSandbox is the sandbox of debug mode (docs/wire/e2b-api.md §1.7): no API call,
 // envd version 99.99.99, no access token. GetInfo and Pause still use the
 // control plane when an API key is configured.
 func newDebugSandbox(cfg config, id string) *Sandbox {
@@ -259,7 +259,7 @@ func (s *Sandbox) ID() string { return s.id }
 func (s *Sandbox) EnvdVersion() string { return s.envdVersion }
 
 // AccessToken returns the envd access token ("" for an unsecured sandbox).
-// It authorises every envd request (X-Access-Token, E2B wire §1.4).
+// It authorises every envd request (X-Access-Token, docs/wire/e2b-api.md §1.4).
 func (s *Sandbox) AccessToken() string { return s.accessToken }
 
 // TrafficAccessToken returns the sandbox's traffic access token ("" when the
@@ -274,7 +274,7 @@ func (s *Sandbox) Domain() string { return firstNonEmpty(s.domain, s.cfg.domain)
 
 // GetHost returns the host name ("<port>-<id>.<domain>", or "localhost:<port>"
 // in debug mode; no scheme) under which port of the sandbox is reachable with
-// wildcard host routing (E2B wire §1.2). It ignores SandboxURL.
+// wildcard host routing (docs/wire/e2b-api.md §1.2). It ignores SandboxURL.
 func (s *Sandbox) GetHost(port int) string { return s.cfg.host(s.id, s.domain, port) }
 
 // Close releases the idle connections of the sandbox's transport. The sandbox
@@ -401,7 +401,7 @@ func (s *Sandbox) GetMetrics(ctx context.Context, opts *MetricsOptions) ([]Sandb
 
 // IsRunning probes envd's GET /health through the sandbox proxy: true on
 // success, false when the proxy answers 502 (killed, paused or timed out;
-// E2B wire §1.3). Errors: *ConnectionError, *TimeoutError, *APIError for other
+// docs/wire/e2b-api.md §1.3). Errors: *ConnectionError, *TimeoutError, *APIError for other
 // statuses.
 func (s *Sandbox) IsRunning(ctx context.Context) (bool, error) {
 	rctx, cancel := s.cfg.requestContext(ctx)
@@ -433,7 +433,7 @@ func (s *Sandbox) health(ctx, rctx context.Context) (bool, error) {
 const killedProbeTimeout = 5 * time.Second
 
 // probeKilled reports whether the sandbox is gone (its /health answers 502),
-// checked after a request failed at the transport level (E2B wire §3.5).
+// checked after a request failed at the transport level (docs/wire/envd.md §3.5).
 func (s *Sandbox) probeKilled(ctx context.Context) bool {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), killedProbeTimeout)
 	defer cancel()

@@ -14,7 +14,7 @@ import (
 var errRequestTimeout = errors.New("request timeout")
 
 // maxRateLimitRetries is how often a control-plane request is retried after a
-// 429 with an integer Retry-After (E2B wire §1.6).
+// 429 with an integer Retry-After (docs/wire/e2b-api.md §1.6).
 const maxRateLimitRetries = 3
 
 // httpClient returns the client every request of one Sandbox (or one
@@ -113,7 +113,7 @@ func withHeaders(hc *http.Client, headers http.Header) *http.Client {
 }
 
 // retryDoer retries control-plane requests answered with 429 and an integer
-// Retry-After, like the JS SDK (E2B wire §1.6). Requests with a body must be
+// Retry-After, like the JS SDK (docs/wire/e2b-api.md §1.6). Requests with a body must be
 // replayable (GetBody), which http.NewRequest ensures for the generated
 // client's bytes bodies.
 type retryDoer struct {

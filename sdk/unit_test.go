@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// TestURLRules checks E2B wire §1.2 for each configuration shape.
+// TestURLRules checks docs/wire/e2b-api.md §1.2 for each configuration shape.
 func TestURLRules(t *testing.T) {
 	for _, k := range []string{"E2B_API_KEY", "E2B_API_URL", "E2B_SANDBOX_URL", "E2B_DOMAIN", "E2B_DEBUG"} {
 		t.Setenv(k, "")
@@ -77,7 +77,7 @@ func TestTimeouts(t *testing.T) {
 	}
 }
 
-// TestMetadataFilter reproduces the JS SDK's captured query (E2B wire §2.4).
+// TestMetadataFilter reproduces the JS SDK's captured query (docs/wire/e2b-api.md §2.4).
 func TestMetadataFilter(t *testing.T) {
 	raw := encodeMetadataFilter(map[string]string{"k y": "v&1"})
 	// The generated client form-encodes the value once more.
@@ -117,7 +117,7 @@ func TestIncompleteUTF8Tail(t *testing.T) {
 	}
 }
 
-// TestReadExecution parses the captured /execute stream of E2B wire §4.2.
+// TestReadExecution parses the captured /execute stream of docs/wire/code-interpreter.md §4.2.
 func TestReadExecution(t *testing.T) {
 	stream := strings.Join([]string{
 		`{"type":"number_of_executions","execution_count":1}`,
@@ -165,7 +165,7 @@ func TestReadExecution(t *testing.T) {
 	}
 }
 
-// TestCharts decodes each chart type of E2B wire §4.4.
+// TestCharts decodes each chart type of docs/wire/code-interpreter.md §4.4.
 func TestCharts(t *testing.T) {
 	r, err := parseResult([]byte(`{"type":"result","chart":{"type":"superchart","title":"Fig","elements":[
 		{"type":"bar","title":null,"x_label":"k","y_label":"v","x_unit":null,"y_unit":null,"elements":[{"label":"A","group":"Group 1","value":3},{"label":"B","group":"Group 1","value":"4.5"}]},
@@ -202,7 +202,7 @@ func TestCharts(t *testing.T) {
 	}
 }
 
-// TestResultFormats: a raw LaTeX display has exactly ["latex"] (E2B wire §4.2).
+// TestResultFormats: a raw LaTeX display has exactly ["latex"] (docs/wire/code-interpreter.md §4.2).
 func TestResultFormats(t *testing.T) {
 	r, err := parseResult([]byte(`{"type":"result","latex":"$x$","is_main_result":false,"extra":{}}`))
 	if err != nil || !slices.Equal(r.Formats(), []string{"latex"}) {

@@ -14,7 +14,7 @@ import (
 // FilesystemEventType is the kind of a filesystem event.
 type FilesystemEventType string
 
-// Filesystem event types (E2B wire §3.2 EventType).
+// Filesystem event types (docs/wire/envd.md §3.2 EventType).
 const (
 	EventCreate FilesystemEventType = "create"
 	EventWrite  FilesystemEventType = "write"
@@ -60,7 +60,7 @@ type WatchHandle struct {
 // watchEventBuffer is how many events are buffered for a slow reader.
 const watchEventBuffer = 256
 
-// WatchDir watches a directory (the WatchDir stream, E2B wire §3.3). ctx
+// WatchDir watches a directory (the WatchDir stream, docs/wire/envd.md §3.3). ctx
 // bounds establishing the watch only; the watch then lasts until Stop or its
 // Timeout. Errors: *NotFoundError for a missing directory,
 // *InvalidArgumentError for a non-directory, and the envd errors of Read.

@@ -2,7 +2,7 @@
 // (POST /init, GET /metrics) shared by the in-sandbox agent and the host-side
 // control plane, and a small client the host uses to drive them.
 //
-// The shapes follow envd's /init and /metrics (shared/protocol/e2b-wire.md §3.4).
+// The shapes follow envd's /init and /metrics (docs/wire/envd.md §3.4).
 package agentapi
 
 import (
@@ -36,7 +36,7 @@ const StateDir = "/run/cubby"
 
 // EnvdVersion is the envd protocol version the agent implements and the control
 // plane reports as envdVersion (semver and PEP 440 compatible). Every feature
-// gated at or below it (shared/protocol/e2b-wire.md §2.5) is implemented.
+// gated at or below it (docs/wire/e2b-api.md §2.5) is implemented.
 const EnvdVersion = "0.6.13"
 
 // InitRequest configures a freshly started agent: POST /init, answered with 204.
@@ -49,7 +49,7 @@ type InitRequest struct {
 	// GET /health must carry it in X-Access-Token (or a /files URL signature).
 	AccessToken string `json:"accessToken,omitempty"`
 	// TrafficAccessToken is the sandbox's trafficAccessToken (the create and
-	// connect responses' field, E2B wire §1.4). On a secured agent it is the
+	// connect responses' field, docs/wire/e2b-api.md §1.4). On a secured agent it is the
 	// other credential the code interpreter (port 49999) accepts, in header
 	// E2B-Traffic-Access-Token: the official code-interpreter SDKs send it on
 	// every code-context call and X-Access-Token only on POST /execute. envd

@@ -14,7 +14,7 @@ import (
 )
 
 // Process is a command the host runs in a sandbox through the agent's envd
-// process service (E2B wire §3.3), as an SDK's commands.run would.
+// process service (docs/wire/envd.md §3.3), as an SDK's commands.run would.
 type Process struct {
 	Cmd  string            // executable (looked up in PATH)
 	Args []string          // its arguments

@@ -163,7 +163,7 @@ var ErrUnavailable = errors.New("backend unavailable")
 type PauseMode string
 
 // Pause modes. The backend picks one from the sandbox's runtime and the pause
-// request's `memory` flag (E2B wire §2.3 pause body).
+// request's `memory` flag (docs/wire/e2b-api.md §2.3 pause body).
 const (
 	// PauseMemory: the processes are frozen (cgroup freezer) and stay in RAM;
 	// resume thaws them. Chosen for runtimes without checkpoint when memory is kept.

@@ -21,14 +21,14 @@ const defaultServerURL = "http://" + server.DefaultListen
 
 // keepAliveEvery and keepAliveFor: while a shell, exec or run is attached, the
 // sandbox's deadline is pushed to at least now+keepAliveFor every
-// keepAliveEvery (a connect never shortens a deadline, E2B wire §2.3).
+// keepAliveEvery (a connect never shortens a deadline, docs/wire/e2b-api.md §2.3).
 const (
 	keepAliveEvery = time.Minute
 	keepAliveFor   = 5 * time.Minute
 )
 
 // clientFlags are the connection flags of the client commands. Unset values
-// come from the environment variables of the official SDKs (E2B wire §1.1).
+// come from the environment variables of the official SDKs (docs/wire/e2b-api.md §1.1).
 type clientFlags struct {
 	apiURL     string
 	apiKey     string

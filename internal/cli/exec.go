@@ -22,7 +22,7 @@ type execJSON struct {
 }
 
 // newExecCmd is `cubby exec SANDBOX -- CMD...`: a command run through envd's
-// process service (E2B wire §3.3) with its output streamed and its exit status
+// process service (docs/wire/envd.md §3.3) with its output streamed and its exit status
 // propagated.
 func newExecCmd(c *clientFlags) *cobra.Command {
 	var (

@@ -42,7 +42,7 @@ func parseLocation(s string) location {
 }
 
 // newFilesCmd is `cubby files`: copies between the local machine and a
-// sandbox through envd's /files endpoint (E2B wire §3.4).
+// sandbox through envd's /files endpoint (docs/wire/envd.md §3.4).
 func newFilesCmd(c *clientFlags) *cobra.Command {
 	cmd := &cobra.Command{Use: "files", Short: "Copy files to and from sandboxes"}
 	c.bind(cmd)

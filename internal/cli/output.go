@@ -13,7 +13,7 @@ import (
 )
 
 // sandboxJSON is the --json form of a sandbox, named like the fields of E2B's
-// SandboxDetail (E2B wire §2.2). Times are RFC 3339, sizes MiB.
+// SandboxDetail (docs/wire/e2b-api.md §2.2). Times are RFC 3339, sizes MiB.
 type sandboxJSON struct {
 	SandboxID   string            `json:"sandboxID"`
 	TemplateID  string            `json:"templateID"`

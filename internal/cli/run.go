@@ -55,7 +55,7 @@ type runFlags struct {
 }
 
 // newRunCmd is `cubby run`: code executed by the sandbox's code interpreter
-// (POST /execute, E2B wire §4) with streamed output, printed results and PNG
+// (POST /execute, docs/wire/code-interpreter.md §4) with streamed output, printed results and PNG
 // charts saved to files.
 func newRunCmd(c *clientFlags) *cobra.Command {
 	var rf runFlags

@@ -14,7 +14,7 @@ import (
 )
 
 // newSandboxCmd is `cubby sandbox`: create, list, info, kill, connect, pause
-// and resume over the control-plane REST API (E2B wire §2).
+// and resume over the control-plane REST API (docs/wire/e2b-api.md §2).
 func newSandboxCmd(c *clientFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "sandbox",

@@ -19,7 +19,7 @@ import (
 var defaultPtySize = sdk.PtySize{Cols: 80, Rows: 24}
 
 // newShellCmd is `cubby shell` (and `cubby sandbox connect`): an interactive
-// login shell on a PTY in the sandbox (envd Process.Start with a pty, E2B wire
+// login shell on a PTY in the sandbox (envd Process.Start with a pty, docs/wire/envd.md
 // §3.3), the local terminal in raw mode, resized on SIGWINCH.
 func newShellCmd(c *clientFlags, use, short string) *cobra.Command {
 	var user, cwd string

@@ -12,7 +12,7 @@ import (
 )
 
 // apiKeyPrefix and apiKeyHexLen define the key format: "e2b_" + 40 lowercase hex
-// characters, which the Python SDK's format check accepts (E2B wire §1.1).
+// characters, which the Python SDK's format check accepts (docs/wire/e2b-api.md §1.1).
 const (
 	apiKeyPrefix = "e2b_"
 	apiKeyHexLen = 40

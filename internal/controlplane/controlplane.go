@@ -1,5 +1,5 @@
 // Package controlplane implements Cubby's control plane: the E2B-compatible REST
-// API (shared/protocol/e2b-wire.md §2) over a backend.Backend, sandbox records and
+// API (docs/wire/e2b-api.md §2) over a backend.Backend, sandbox records and
 // API keys in the SQLite store, per-sandbox TTL timers, resource-metric sampling,
 // recovery after a restart, and the in-memory routing table the sandbox gateway
 // reads.
@@ -32,7 +32,7 @@ type Config struct {
 	// DefaultTemplate is used when a create request names no template.
 	// Required with a Backend.
 	DefaultTemplate string
-	// Domain is returned as the sandbox `domain` (E2B wire §1.2) when non-empty;
+	// Domain is returned as the sandbox `domain` (docs/wire/e2b-api.md §1.2) when non-empty;
 	// otherwise `domain` is null and the SDKs use E2B_DOMAIN.
 	Domain string
 	// MaxTimeout bounds every sandbox TTL (create, timeout, connect). Default 24h.

@@ -9,7 +9,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/store"
 )
 
-// clientID is the deprecated constant E2B still returns and Python requires (E2B wire §2.2).
+// clientID is the deprecated constant E2B still returns and Python requires (docs/wire/e2b-api.md §2.2).
 const clientID = "6532622b"
 
 func (s *Service) domain() *string {
@@ -27,7 +27,7 @@ func optString(v string) *string {
 	return &v
 }
 
-// sandboxView is the Sandbox body of create and connect (E2B wire §2.2).
+// sandboxView is the Sandbox body of create and connect (docs/wire/e2b-api.md §2.2).
 func (s *Service) sandboxView(r store.Sandbox) api.Sandbox {
 	return api.Sandbox{
 		SandboxID: r.ID, TemplateID: r.TemplateID, Alias: optString(r.TemplateAlias),

@@ -21,7 +21,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/template"
 )
 
-// Default sandbox TTLs (E2B wire §2.3): v1 create 15 s, v2 create and connect 300 s.
+// Default sandbox TTLs (docs/wire/e2b-api.md §2.3): v1 create 15 s, v2 create and connect 300 s.
 const (
 	defaultTimeoutV1      = 15 * time.Second
 	defaultTimeoutV2      = 300 * time.Second
@@ -29,7 +29,7 @@ const (
 	createTimeout         = 5 * time.Minute
 )
 
-// Agent defaults sent in backend.CreateRequest.Init (E2B wire §3.6).
+// Agent defaults sent in backend.CreateRequest.Init (docs/wire/envd.md §3.6).
 const (
 	defaultUser    = "user"
 	defaultWorkdir = "/home/user"

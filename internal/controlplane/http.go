@@ -46,12 +46,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(body)
 }
 
-// writeError writes the E2B error body {"code":status,"message":msg} (E2B wire §2.1).
+// writeError writes the E2B error body {"code":status,"message":msg} (docs/wire/e2b-api.md §2.1).
 func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, api.Error{Code: int32(status), Message: msg})
 }
 
-// Handler returns the control-plane REST API (E2B wire §2.3). Every route needs
+// Handler returns the control-plane REST API (docs/wire/e2b-api.md §2.3). Every route needs
 // X-API-KEY; every non-2xx answer, including unknown routes (404) and wrong
 // methods (405), is a JSON error body.
 func (s *Service) Handler() http.Handler {
@@ -67,7 +67,7 @@ func (s *Service) Handler() http.Handler {
 	return s.authenticate(tpl.templateTagsRoute(jsonFallback(mux)))
 }
 
-// authenticate rejects requests without a valid X-API-KEY with 401 (E2B wire
+// authenticate rejects requests without a valid X-API-KEY with 401 (docs/wire/e2b-api.md
 // §1.4) and passes the others on with the key's team in their context.
 // Template file uploads (a PUT to a URL the server signed) carry their
 // authorisation in the URL instead.
@@ -323,7 +323,7 @@ func (h httpAPI) ListSandboxes(w http.ResponseWriter, r *http.Request, p api.Lis
 	writeJSON(w, http.StatusOK, listedViews(recs))
 }
 
-// ListSandboxesV2 implements GET /v2/sandboxes with the E2B wire §2.4
+// ListSandboxesV2 implements GET /v2/sandboxes with the docs/wire/e2b-api.md §2.4
 // semantics, over the caller's team's sandboxes.
 func (h httpAPI) ListSandboxesV2(w http.ResponseWriter, r *http.Request, p api.ListSandboxesV2Params) {
 	if !h.ready(w) {

@@ -14,7 +14,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/store"
 )
 
-// List page size bounds (E2B wire §2.4).
+// List page size bounds (docs/wire/e2b-api.md §2.4).
 const (
 	defaultListLimit = 100
 	maxListLimit     = 100
@@ -32,7 +32,7 @@ type listQuery struct {
 }
 
 // parseListQuery validates the bound query parameters of GET /v2/sandboxes
-// (E2B wire §2.4). Every error is a 400.
+// (docs/wire/e2b-api.md §2.4). Every error is a 400.
 func parseListQuery(p api.ListSandboxesV2Params) (listQuery, error) {
 	q := listQuery{descending: true, limit: defaultListLimit}
 	var err error
@@ -100,7 +100,7 @@ func parseStates(p *[]api.SandboxState) ([]store.State, error) {
 }
 
 // decodeMetadataFilter decodes the `metadata` query value after the normal query
-// decoding (E2B wire §2.4): unescape it once more, split on '&' and then on the
+// decoding (docs/wire/e2b-api.md §2.4): unescape it once more, split on '&' and then on the
 // first '=', and unescape each key and value once more. Empty pairs are skipped;
 // a pair without '=', an empty key, a duplicate key or a bad escape is an error.
 func decodeMetadataFilter(raw string) (map[string]string, error) {

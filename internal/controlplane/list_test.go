@@ -116,7 +116,7 @@ func TestListMetadataStateTemplate(t *testing.T) {
 	if r := h.do("POST", "/sandboxes/"+paused+"/pause", nil); r.status != 204 {
 		t.Fatalf("pause: %d", r.status)
 	}
-	// The exact query the JS SDK sent in the capture (E2B wire §2.4).
+	// The exact query the JS SDK sent in the capture (docs/wire/e2b-api.md §2.4).
 	got, _ := h.list(t, "?metadata=k%252520y%3Dv%2525261&state=running,paused&limit=5")
 	if !reflect.DeepEqual(ids(got), []string{match}) || got[0].Metadata["k y"] != "v&1" {
 		t.Fatalf("metadata filter = %+v", got)

@@ -129,7 +129,7 @@ func (s *Service) checkGone(ctx context.Context, sb *sandbox) {
 }
 
 // metricsOf returns sb's samples within [start, end] (unix seconds) as API
-// values (E2B wire §2.2 SandboxMetric).
+// values (docs/wire/e2b-api.md §2.2 SandboxMetric).
 func metricsOf(sb *sandbox, start, end int64) []api.SandboxMetric {
 	samples := sb.metrics.between(start, end)
 	out := make([]api.SandboxMetric, 0, len(samples))

@@ -9,7 +9,7 @@ import (
 type Route struct {
 	Addr         netip.Addr // host-reachable address of the sandbox
 	HostIface    string     // host interface connections to Addr are bound to (backend.Instance.HostIface)
-	Running      bool       // false while paused: the gateway answers 502 (E2B wire §1.3)
+	Running      bool       // false while paused: the gateway answers 502 (docs/wire/e2b-api.md §1.3)
 	AutoResume   bool       // lifecycle.autoResume: traffic to the paused sandbox resumes it (see Wake)
 	AccessToken  string     // envd X-Access-Token; "" for unsecured sandboxes
 	TrafficToken string     // E2B-Traffic-Access-Token required on non-envd ports; "" = public

@@ -163,7 +163,7 @@ func (s *Service) kill(ctx context.Context, id, caller, reason string) error {
 // The sandbox leaves the routing table and its connections are cut before the
 // backend stops it: in-flight streams then fail with a reset (not a clean EOF from a
 // dying agent) and the SDK's /health probe gets 502 at once, which is how the SDKs
-// recognise a killed sandbox (E2B wire §3.5). A backend failure is reported, but the
+// recognise a killed sandbox (docs/wire/envd.md §3.5). A backend failure is reported, but the
 // sandbox stays killed; whatever the backend left behind is swept at the next start.
 //
 // Once begun, a kill runs to completion even when ctx is cancelled (a client that

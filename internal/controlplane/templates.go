@@ -11,7 +11,7 @@ import (
 // ErrTemplateNotFound is returned (wrapped) by a TemplateResolver for an unknown
 // template. Create answers it with 404 {"code":404,"message":"template '<x>' not found"}
 // (E2B answers an unknown template on create with 404 as well); list answers an
-// unknown template filter with 200 [] (E2B wire §2.4).
+// unknown template filter with 200 [] (docs/wire/e2b-api.md §2.4).
 var ErrTemplateNotFound = errors.New("template not found")
 
 // TemplateRef is a resolved template.
@@ -23,7 +23,7 @@ type TemplateRef struct {
 	// the server's default. Passed on as backend.CreateRequest.Runtime.
 	Runtime string
 	// User and Workdir are the default user and working directory of the
-	// template's sandboxes; "" = "user" and /home/user (E2B wire §3.6).
+	// template's sandboxes; "" = "user" and /home/user (docs/wire/envd.md §3.6).
 	User, Workdir string
 	// Env is the template's environment; a create's envVars override it.
 	Env map[string]string

@@ -14,7 +14,7 @@ const expireTimeout = time.Minute
 
 // armLocked (re)starts sb's TTL timer for sb.endAt; the caller holds s.mu for
 // writing. A timer fires at the deadline, so a sandbox is handled well within a
-// second of it (E2B wire §5 item 20).
+// second of it (docs/wire/e2b-api.md §2.3).
 func (s *Service) armLocked(sb *sandbox) {
 	if sb.timer != nil {
 		sb.timer.Stop()

@@ -1,5 +1,5 @@
 // Package filesig computes and checks the signatures of envd's pre-signed /files
-// URLs (downloadUrl/uploadUrl), as defined in shared/protocol/e2b-wire.md §3.7:
+// URLs (downloadUrl/uploadUrl), as docs/wire/envd.md §3.7 describes them:
 //
 //	"v1_" + base64std_nopad(sha256("<path>:<operation>:<username>:<token>[:<expiration>]"))
 //
@@ -42,7 +42,7 @@ func Valid(signature, path, operation, username, token string, expiration int64)
 	return subtle.ConstantTimeCompare([]byte(signature), []byte(want)) == 1
 }
 
-// Refusals of CheckQuery; their texts are envd's 401 messages (E2B wire §3.7).
+// Refusals of CheckQuery; their texts are envd's 401 messages (docs/wire/envd.md §3.7).
 var (
 	// ErrUnsigned: the query carries no signature.
 	ErrUnsigned = errors.New("unauthorized access, please provide a valid access token or method signing if supported")

@@ -9,10 +9,10 @@ import (
 	"github.com/cubby-dev/cubby/internal/filesig"
 )
 
-// HeaderAccessToken carries the envd access token (E2B wire §1.4).
+// HeaderAccessToken carries the envd access token (docs/wire/e2b-api.md §1.4).
 const HeaderAccessToken = "X-Access-Token"
 
-// msgUnauthorized is envd's 401 message (E2B wire §1.4).
+// msgUnauthorized is envd's 401 message (docs/wire/e2b-api.md §1.4).
 var msgUnauthorized = filesig.ErrUnsigned.Error()
 
 // authorize checks the client's credential for a request to port of t the
@@ -39,7 +39,7 @@ func authorize(r *http.Request, port int, t Target) (string, bool) {
 	return msgUnauthorized, equal(r.Header.Get(HeaderAccessToken), t.AccessToken)
 }
 
-// authorizeFiles is the /files check (E2B wire §3.7): an X-Access-Token
+// authorizeFiles is the /files check (docs/wire/envd.md §3.7): an X-Access-Token
 // header, when present, must match (the signature is then ignored); without
 // it the URL must carry the v1 signature of path:op:username:token
 // [:signature_expiration], not expired. Methods /files does not serve pass:

@@ -3,7 +3,8 @@
 // signed /files URLs), reverse-proxies them over HTTP/1.1 to the sandbox's address,
 // and cuts every connection of a sandbox abruptly when it is killed or paused.
 //
-// Wire facts come from docs/e2b-compatibility.md–§1.4, §1.8, §3.5 and §3.7.
+// The wire facts are in docs/wire/e2b-api.md §1.3, §1.4, §1.8 and docs/wire/envd.md
+// §3.5, §3.7.
 package gateway
 
 import (
@@ -23,7 +24,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/sandboxid"
 )
 
-// Header names and ports of the sandbox side (E2B wire §1.3, §1.4).
+// Header names and ports of the sandbox side (docs/wire/e2b-api.md §1.3, §1.4).
 const (
 	// HeaderSandboxID carries the sandbox ID on header-routed requests.
 	HeaderSandboxID = "E2b-Sandbox-Id"
@@ -45,11 +46,11 @@ type Target struct {
 	ID           string     // sandbox ID, [a-z0-9]+
 	Addr         netip.Addr // address the host reaches the sandbox's ports on
 	HostIface    string     // host interface every upstream connection is bound to (SO_BINDTODEVICE); "" = unbound
-	Running      bool       // false while paused: requests get 502 (E2B wire §1.3)
-	AccessToken  string     // envdAccessToken; "" for unsecured sandboxes (E2B wire §3.7)
-	TrafficToken string     // trafficAccessToken; "" when public traffic is allowed (E2B wire §1.4)
+	Running      bool       // false while paused: requests get 502 (docs/wire/e2b-api.md §1.3)
+	AccessToken  string     // envdAccessToken; "" for unsecured sandboxes (docs/wire/envd.md §3.7)
+	TrafficToken string     // trafficAccessToken; "" when public traffic is allowed (docs/wire/e2b-api.md §1.4)
 	// InterpreterToken is the trafficAccessToken the code interpreter of a
-	// secured sandbox accepts instead of AccessToken (E2B wire §1.4), set
+	// secured sandbox accepts instead of AccessToken (docs/wire/e2b-api.md §1.4), set
 	// whether or not its ports are public; "" = none.
 	InterpreterToken string
 	// MaskRequestHost, when set, replaces the Host header of requests to the
@@ -77,7 +78,7 @@ type Resolver interface {
 	// Resolve returns the target for id, or false when the sandbox is unknown or killed.
 	Resolve(id string) (Target, bool)
 	// Targets returns every known sandbox (running or paused); used to route signed
-	// /files URLs that carry no sandbox identity (E2B wire §1.8 A).
+	// /files URLs that carry no sandbox identity (docs/wire/e2b-api.md §1.8 A).
 	Targets() []Target
 }
 
@@ -140,7 +141,7 @@ func domainHost(domain string) string {
 }
 
 // Handler returns a handler that serves sandbox-side requests (per Match) itself and
-// passes every other request to api, so both share one listener (E2B wire §1.8).
+// passes every other request to api, so both share one listener (docs/wire/e2b-api.md §1.8).
 func (g *Gateway) Handler(api http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		route, ok, err := g.Match(r)
@@ -238,7 +239,7 @@ func tokenMatches(r *http.Request, want string) bool {
 // connections currently carrying a request for it are reset (TCP RST via SO_LINGER 0;
 // HTTP/2 streams get RST_STREAM), and upstream connections dialed to it are closed.
 // In-flight streams therefore fail with a transport error, which the SDKs turn into
-// "sandbox was killed" after probing /health (E2B wire §3.5). Call it after the
+// "sandbox was killed" after probing /health (docs/wire/envd.md §3.5). Call it after the
 // Resolver stops reporting the sandbox as running, so later requests get 502.
 func (g *Gateway) CloseSandbox(id string) {
 	conns := g.reg.take(id)

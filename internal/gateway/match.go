@@ -21,15 +21,15 @@ type Route struct {
 
 // Match reports whether r is addressed to the sandbox side and where, trying in order:
 //
-//  1. both routing headers E2b-Sandbox-Id and E2b-Sandbox-Port (E2B wire §1.3);
+//  1. both routing headers E2b-Sandbox-Id and E2b-Sandbox-Port (docs/wire/e2b-api.md §1.3);
 //  2. a Host `<port>-<id>.<anything>`: the first DNS label split on its first "-",
 //     port 1–65535, id [a-z0-9]+; never for "localhost", IP literals,
-//     "sandbox.<domain>" or "api.<domain>" (E2B wire §1.2, §1.8 B);
+//     "sandbox.<domain>" or "api.<domain>" (docs/wire/e2b-api.md §1.2, §1.8 B);
 //  3. a request carrying only one of the two headers: an error;
 //  4. `/files` (exact path) without routing headers: routed to port 49983 of the
 //     sandbox whose access token validates the `signature` query for operation read
 //     (GET) or write (POST), with path, username and signature_expiration taken from
-//     the query (E2B wire §3.7, §1.8 A); running sandboxes are preferred, a paused
+//     the query (docs/wire/envd.md §3.7, docs/wire/e2b-api.md §1.8 A); running sandboxes are preferred, a paused
 //     match routes too (and then answers 502).
 //
 // A non-nil error means the request is for the sandbox side but cannot be routed
@@ -119,7 +119,7 @@ func parsePort(s string) (int, bool) {
 }
 
 // Errors of signed /files routing; both are answered 401 like envd's own checks
-// (E2B wire §3.7), since neither request can be authorised by any sandbox.
+// (docs/wire/envd.md §3.7), since neither request can be authorised by any sandbox.
 var (
 	errUnsignedFiles    = errors.New("/files request without routing headers must carry a signature")
 	errInvalidSignature = errors.New("invalid signature")

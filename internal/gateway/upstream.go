@@ -184,14 +184,14 @@ type sandboxError struct {
 	Code      int    `json:"code"`
 }
 
-// apiError is the {"code","message"} error body (E2B wire §5 item 5).
+// apiError is the {"code","message"} error body (docs/wire/e2b-api.md §2.1).
 type apiError struct {
 	Code    int    `json:"code"`
 	Message string `json:"message"`
 }
 
 // writeNotFound answers 502 {"sandboxId":"<id>","message":"The sandbox was not found","code":502}
-// (E2B wire §1.3): the SDKs treat exactly this as "not running / killed".
+// (docs/wire/e2b-api.md §1.3): the SDKs treat exactly this as "not running / killed".
 func writeNotFound(w http.ResponseWriter, id string) {
 	writeJSON(w, http.StatusBadGateway, sandboxError{SandboxID: id, Message: "The sandbox was not found", Code: http.StatusBadGateway})
 }

@@ -62,7 +62,7 @@ type Runtime interface {
 
 // Checkpointer is implemented by runtimes that can save a running container to disk and restore it.
 // Callers find it with a type assertion on a Runtime (runsc implements it; runc does not, as
-// CRIU fails on this kernel: shared/research/isolation.md §6).
+// CRIU 3.x fails on kernels from 6.13: docs/isolation.md, "runc and gVisor").
 type Checkpointer interface {
 	// Checkpoint saves the memory and kernel state of every process of container id
 	// into the directory imageDir (created if missing) and stops and deletes the

@@ -21,7 +21,7 @@ const (
 	StateKilled  State = "killed"
 )
 
-// Lifecycle is what happens to a sandbox at its deadline (E2B wire §2.2
+// Lifecycle is what happens to a sandbox at its deadline (docs/wire/e2b-api.md §2.2
 // SandboxDetail.lifecycle, plus the create-time autoPauseMemory flag).
 type Lifecycle struct {
 	OnTimeout       string `json:"onTimeout"` // "kill" or "pause"

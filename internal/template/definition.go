@@ -1,7 +1,7 @@
 // Package template builds and stores sandbox templates: immutable Debian root
 // filesystem trees (built with mmdebstrap) that a sandbox's overlay mounts as its
 // read-only lower layer, plus the metadata the control plane needs (default user,
-// workdir and environment; E2B wire §3.6).
+// workdir and environment; docs/wire/envd.md §3.6).
 package template
 
 import (
@@ -28,7 +28,7 @@ const DefinitionFile = "cubby-template.yaml"
 const (
 	DefaultSuite   = "bookworm"
 	DefaultVariant = "minbase"
-	DefaultUser    = "user" // E2B wire §3.6: the sandbox's default user
+	DefaultUser    = "user" // docs/wire/envd.md §3.6: the sandbox's default user
 	DefaultUID     = 1000   // uid (and gid) of DefaultUser in every template
 )
 

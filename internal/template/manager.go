@@ -43,7 +43,7 @@ type Info struct {
 	RootfsDir string            `json:"rootfsDir"`
 	BuiltAt   time.Time         `json:"builtAt"`
 	SizeBytes int64             `json:"sizeBytes"` // disk usage of the rootfs tree
-	User      string            `json:"user"`      // default user of sandboxes (E2B wire §3.6)
+	User      string            `json:"user"`      // default user of sandboxes (docs/wire/envd.md §3.6)
 	Workdir   string            `json:"workdir"`   // default working directory
 	Env       map[string]string `json:"env,omitempty"`
 	StartCmd  string            `json:"startCmd,omitempty"`

@@ -269,7 +269,7 @@ func TestTimeoutAndRestart(t *testing.T) {
 	}
 }
 
-// metadataQuery encodes one metadata filter the way the SDKs do (E2B wire §2.4):
+// metadataQuery encodes one metadata filter the way the SDKs do (docs/wire/e2b-api.md §2.4):
 // key and value escaped, joined, and the pair escaped again as one parameter.
 func metadataQuery(k, v string) string {
 	return url.QueryEscape(url.QueryEscape(k) + "=" + url.QueryEscape(v))

@@ -14,7 +14,7 @@ import (
 	"github.com/cubby-dev/cubby/sdk"
 )
 
-// envdUnauthorized is envd's 401 body (E2B wire §1.4).
+// envdUnauthorized is envd's 401 body (docs/wire/e2b-api.md §1.4).
 const envdUnauthorized = `{"code":401,"message":"unauthorized access, please provide a valid access token or method signing if supported"}`
 
 // Ports of a sandbox reached through the gateway.

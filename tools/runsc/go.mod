@@ -2,7 +2,8 @@ module github.com/cubby-dev/cubby/tools/runsc
 
 go 1.26.8
 
-// gVisor pinned at the commit measured in shared/research/isolation.md (§2, §6).
+// gVisor pinned at the commit whose systrap platform, netstack and checkpoints
+// docs/isolation.md describes ("runc and gVisor").
 require gvisor.dev/gvisor v0.0.0-20260905035102-160fafc42237
 
 require (

@@ -22,7 +22,7 @@ const NetConfigName = "runsc-net.json"
 
 // NetConfig is the IP configuration of the non-loopback interfaces of a network
 // namespace: what runsc's netstack takes over and deletes from the namespace
-// (shared/research/isolation.md §4).
+// (docs/isolation.md, "runc and gVisor").
 type NetConfig struct {
 	Links []LinkConfig `json:"links"`
 }

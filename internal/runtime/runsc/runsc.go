@@ -1,8 +1,7 @@
 // Package runsc implements runtime.Runtime and runtime.Checkpointer by driving
 // gVisor's runsc CLI (OCI runtime command line: create, start, state, list, delete,
 // pause, resume, plus checkpoint and restore) with a private state root. It runs the
-// same OCI bundles as the runc package (shared/research/isolation.md §2, §6,
-// Recommendation (b)).
+// same OCI bundles as the runc package (docs/isolation.md, "runc and gVisor").
 //
 // With the netstack network (Options.Network "sandbox") runsc moves the addresses of
 // the interfaces of the container's network namespace into the sandbox and deletes
@@ -29,9 +28,10 @@ import (
 // PidFileName is the file runsc writes the sandbox pid into, inside the bundle.
 const PidFileName = "init.pid"
 
-// Defaults of Options (shared/research/isolation.md §2: systrap is the only fast
-// platform here, kvm hangs under PVM; overlay2 "none" makes writes land in the
-// bundle's root filesystem on the host).
+// Defaults of Options (docs/isolation.md, "runc and gVisor": systrap is the
+// fast platform on the hosts Cubby runs on, kvm hangs on paravirtualised ones;
+// overlay2 "none" makes writes land in the bundle's root filesystem on the host,
+// the sandbox's disk).
 const (
 	DefaultPlatform = "systrap"
 	DefaultNetwork  = "sandbox"

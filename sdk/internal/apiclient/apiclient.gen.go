@@ -614,7 +614,7 @@ type Unauthorized = Error
 type ListSandboxesParams struct {
 	// Metadata Metadata equality filter, encoded twice by the SDKs: each key and value is
 	// URL-encoded, the pairs are joined as a query string and the result is
-	// URL-encoded again as one parameter (E2B wire §2.4).
+	// URL-encoded again as one parameter (docs/wire/e2b-api.md §2.4).
 	Metadata *MetadataFilter `form:"metadata,omitempty" json:"metadata,omitempty"`
 }
 
@@ -674,7 +674,7 @@ type GetTemplateBuildStatusParamsLevel string
 type ListSandboxesV2Params struct {
 	// Metadata Metadata equality filter, encoded twice by the SDKs: each key and value is
 	// URL-encoded, the pairs are joined as a query string and the result is
-	// URL-encoded again as one parameter (E2B wire §2.4).
+	// URL-encoded again as one parameter (docs/wire/e2b-api.md §2.4).
 	Metadata *MetadataFilter `form:"metadata,omitempty" json:"metadata,omitempty"`
 
 	// State Comma-separated states to include; default running,paused.

@@ -1,4 +1,4 @@
-// Code contexts with the official @e2b/code-interpreter SDK (E2B wire §4.1):
+// Code contexts with the official @e2b/code-interpreter SDK (docs/wire/code-interpreter.md §4.1):
 // create with cwd and language, list (defaults once each), restart, remove,
 // and NotFound for unknown contexts.
 

@@ -1,5 +1,5 @@
-// runCode basics with the official @e2b/code-interpreter SDK (E2B wire §4.1,
-// §4.2, §5.15): state across calls, execution counts, streaming callbacks in
+// runCode basics with the official @e2b/code-interpreter SDK (docs/wire/code-interpreter.md §4.1,
+// §4.2): state across calls, execution counts, streaming callbacks in
 // order, main vs display results, result formats and errors.
 
 import assert from 'node:assert/strict'

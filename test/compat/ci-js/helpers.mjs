@@ -3,7 +3,7 @@
 // The suite drives the official, unmodified `@e2b/code-interpreter` npm
 // package (pinned in package.json) against a Cubby server. The SDK is
 // configured only through the environment, as a user would configure it
-// (E2B wire §1.1): E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY (all required).
+// (docs/wire/e2b-api.md §1.1): E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY (all required).
 // test/compat/run.sh starts a server and exports them.
 //
 // Every sandbox comes from the SDK's default template (`code-interpreter-v1`,
@@ -40,7 +40,7 @@ export const SUITE_KEY = 'cubby-compat'
 /** Value of SUITE_KEY for this suite's sandboxes. */
 export const SUITE_VALUE = 'ci-js'
 
-/** The sandbox user's home, the default cwd of every context (E2B wire §4.1). */
+/** The sandbox user's home, the default cwd of every context (docs/wire/code-interpreter.md §4.1). */
 export const HOME = '/home/user'
 
 /** Returns a short random token usable in metadata, paths and names. */
@@ -104,7 +104,7 @@ export function assertKeys(obj, keys, what) {
   assert.deepEqual(missing, [], `${what} lacks keys ${missing.join(', ')}: ${JSON.stringify(obj)}`)
 }
 
-/** Keys every chart of a type must carry, null allowed (E2B wire §4.4). */
+/** Keys every chart of a type must carry, null allowed (docs/wire/code-interpreter.md §4.4). */
 export const CHART_KEYS = {
   common: ['type', 'title', 'elements'],
   twoD: ['x_label', 'y_label', 'x_unit', 'y_unit'],

@@ -1,5 +1,5 @@
 // Ending executions abnormally with the official @e2b/code-interpreter SDK
-// (E2B wire §4.2, §4.5 "Interrupts" and "Timeouts", §5.15): client timeout
+// (docs/wire/code-interpreter.md §4.2, §4.5): client timeout
 // interrupts the kernel, kernel death, a context restarted or removed mid-run,
 // input(), and a sandbox killed mid-run.
 
@@ -33,7 +33,7 @@ describe('interrupts', { concurrency: CONCURRENCY }, () => {
       /Execution timed out/
     )
     // Were the sleeping cell not interrupted, this one would queue behind it
-    // for 300 s and hit its own timeout (E2B wire §4.5: within 5 s + 10 s).
+    // for 300 s and hit its own timeout (docs/wire/code-interpreter.md §4.5: within 5 s + 10 s).
     const next = await runOk(sbx, 'kept + 1', { timeoutMs: 15_000 })
     assert.equal(next.text, '8', 'an interrupt keeps the state')
   })

@@ -1,5 +1,5 @@
 // Every language of the code-interpreter template with the official
-// @e2b/code-interpreter SDK (E2B wire §4.1): python, javascript, typescript,
+// @e2b/code-interpreter SDK (docs/wire/code-interpreter.md §4.1): python, javascript, typescript,
 // r and bash, each keeping state between calls in its default context.
 
 import assert from 'node:assert/strict'

@@ -1,5 +1,5 @@
 // sandbox.commands: the process.Process RPCs Start/Connect/List/SendInput/
-// CloseStdin/SendSignal (E2B wire §3.3).
+// CloseStdin/SendSignal (docs/wire/envd.md §3.3).
 
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'

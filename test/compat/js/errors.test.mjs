@@ -1,4 +1,4 @@
-// Error paths the SDK maps to typed errors (E2B wire §2.1, §3.4, §3.5):
+// Error paths the SDK maps to typed errors (docs/wire/e2b-api.md §2.1, docs/wire/envd.md §3.4, §3.5):
 // authentication, unknown template, killed sandboxes (mid-stream and after).
 
 import assert from 'node:assert/strict'

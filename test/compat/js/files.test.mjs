@@ -1,4 +1,4 @@
-// sandbox.files: envd REST /files (upload/download, E2B wire §3.4) and the
+// sandbox.files: envd REST /files (upload/download, docs/wire/envd.md §3.4) and the
 // filesystem.Filesystem RPCs (Stat, ListDir, MakeDir, Move, Remove, §3.3).
 
 import assert from 'node:assert/strict'
@@ -307,7 +307,7 @@ describe('files', { concurrency: CONCURRENCY }, () => {
     assert.ok(!st2.metadata || Object.keys(st2.metadata).length === 0, 'metadata not cleared')
 
     // The SDK validates characters client-side; size limits are the server's
-    // (a key may be at most 246 bytes, E2B wire §3.4).
+    // (a key may be at most 246 bytes, docs/wire/envd.md §3.4).
     await rejectsWith(
       sbx.files.write('bad-meta.txt', 'x', { metadata: { ['k'.repeat(300)]: 'v' } }),
       InvalidArgumentError

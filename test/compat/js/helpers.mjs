@@ -2,7 +2,7 @@
 //
 // The suite drives the official, unmodified `e2b` npm package (pinned in
 // package.json) against a Cubby server. The SDK is configured only through the
-// environment, exactly as a user would configure it (E2B wire §1.1):
+// environment, exactly as a user would configure it (docs/wire/e2b-api.md §1.1):
 //   E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY  (all required)
 // test/compat/run.sh starts a server and exports them.
 
@@ -24,7 +24,7 @@ if (process.env.E2B_DEBUG && process.env.E2B_DEBUG.toLowerCase() === 'true') {
   throw new Error('E2B_DEBUG=true bypasses the control plane; unset it')
 }
 
-/** Template every test sandbox is created from (E2B wire §3.6). */
+/** Template every test sandbox is created from (docs/wire/envd.md §3.6). */
 export const TEMPLATE = process.env.CUBBY_COMPAT_TEMPLATE || 'base'
 
 /** Base URL of the sandbox side (one origin, routed by headers). */

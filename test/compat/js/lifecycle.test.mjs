@@ -1,4 +1,4 @@
-// Sandbox lifecycle through the control plane (E2B wire §2.3): create (v2),
+// Sandbox lifecycle through the control plane (docs/wire/e2b-api.md §2.3): create (v2),
 // getInfo, connect, setTimeout, kill, isRunning, getMetrics, pause and resume
 // through connect.
 

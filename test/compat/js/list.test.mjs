@@ -1,4 +1,4 @@
-// Sandbox.list (GET /v2/sandboxes, E2B wire §2.4): metadata filters with the
+// Sandbox.list (GET /v2/sandboxes, docs/wire/e2b-api.md §2.4): metadata filters with the
 // double encoding, state filter, pagination with X-Next-Token.
 //
 // Other tests create sandboxes concurrently, so every query here filters on a

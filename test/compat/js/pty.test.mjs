@@ -1,5 +1,5 @@
 // sandbox.pty: Start with a PTY, SendInput(pty), Update (resize), SendSignal
-// (E2B wire §3.3).
+// (docs/wire/envd.md §3.3).
 
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'

@@ -1,6 +1,6 @@
 // URLs the user fetches without the SDK: signed downloadUrl/uploadUrl
-// (E2B wire §3.7, fetched as-is through E2B_SANDBOX_URL, no routing headers),
-// and sandbox ports reached through the sandbox origin (§1.3).
+// (docs/wire/envd.md §3.7, fetched as-is through E2B_SANDBOX_URL, no routing headers),
+// and sandbox ports reached through the sandbox origin (docs/wire/e2b-api.md §1.3).
 
 import assert from 'node:assert/strict'
 import http from 'node:http'
@@ -89,7 +89,7 @@ describe('urls', { concurrency: CONCURRENCY }, () => {
     const noSig = new URL(good)
     noSig.searchParams.delete('signature')
     const r2 = await fetch(noSig)
-    // Unsigned URLs carry no sandbox identity at all (E2B wire §1.8): any
+    // Unsigned URLs carry no sandbox identity at all (docs/wire/e2b-api.md §1.8): any
     // refusal will do, as long as the content does not leak.
     assert.ok(r2.status >= 400, `unsigned download got ${r2.status}`)
     assert.notEqual(await r2.text(), 'no peeking')

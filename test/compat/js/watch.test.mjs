@@ -1,5 +1,5 @@
 // sandbox.files.watchDir: the server-streaming filesystem.Filesystem/WatchDir
-// RPC (E2B wire §3.3 "WatchDir").
+// RPC (docs/wire/envd.md §3.3 "WatchDir").
 
 import assert from 'node:assert/strict'
 import { describe, test } from 'node:test'

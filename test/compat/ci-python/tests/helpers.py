@@ -14,12 +14,12 @@ TEMPLATE = os.environ.get("CUBBY_COMPAT_CI_TEMPLATE") or None
 #: Metadata key every sandbox of this suite carries, for leak hunting.
 SUITE_KEY = "cubby-compat"
 
-#: The sandbox user's home, the default cwd of every context (E2B wire §4.1).
+#: The sandbox user's home, the default cwd of every context (docs/wire/code-interpreter.md §4.1).
 HOME = "/home/user"
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
-#: Keys a chart of each type must carry, None allowed (E2B wire §4.4).
+#: Keys a chart of each type must carry, None allowed (docs/wire/code-interpreter.md §4.4).
 _COMMON = ["type", "title", "elements"]
 _TWO_D = ["x_label", "y_label", "x_unit", "y_unit"]
 _POINT = ["x_ticks", "y_ticks", "x_tick_labels", "y_tick_labels", "x_scale", "y_scale"]

@@ -1,5 +1,5 @@
 """Figures, chart JSON and DataFrames with the official e2b-code-interpreter
-SDK (E2B wire §4.2-§4.4, §5.16, §5.17). Expected values are worked out from
+SDK (docs/wire/code-interpreter.md §4.2–§4.4). Expected values are worked out from
 the plotted data by hand, not taken from the server."""
 
 from datetime import datetime

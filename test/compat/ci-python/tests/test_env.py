@@ -1,5 +1,4 @@
-"""Environment variables with the official e2b-code-interpreter SDK (E2B wire
-§4.5): the sandbox env from create is visible in every language, per-call
+"""Environment variables with the official e2b-code-interpreter SDK (docs/wire/code-interpreter.md §4.5): the sandbox env from create is visible in every language, per-call
 ``envs`` override it for that call only, and afterwards the sandbox value is
 back and per-call-only variables are gone."""
 

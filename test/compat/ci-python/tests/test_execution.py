@@ -1,5 +1,4 @@
-"""run_code basics with the official e2b-code-interpreter SDK (E2B wire §4.1,
-§4.2, §5.15): state across calls, execution counts, streaming callbacks in
+"""run_code basics with the official e2b-code-interpreter SDK (docs/wire/code-interpreter.md §4.1, §4.2): state across calls, execution counts, streaming callbacks in
 order, main vs display results, result formats and errors."""
 
 from datetime import datetime

@@ -1,5 +1,5 @@
 """Ending executions abnormally with the official e2b-code-interpreter SDK
-(E2B wire §4.2, §4.5 "Interrupts" and "Timeouts", §5.15): client timeout
+(docs/wire/code-interpreter.md §4.2, §4.5): client timeout
 interrupts the kernel, kernel death, a context restarted or removed mid-run,
 input(), and a sandbox killed mid-run."""
 
@@ -51,7 +51,7 @@ def test_timeout_interrupts_and_keeps_state(sandbox):
     with pytest.raises(TimeoutException, match="timed out"):
         sandbox.run_code("import time\ntime.sleep(300)", timeout=3)
     # Were the sleeping cell not interrupted, this one would queue behind it
-    # for 300 s and hit its own timeout (E2B wire §4.5: within 5 s + 10 s).
+    # for 300 s and hit its own timeout (docs/wire/code-interpreter.md §4.5: within 5 s + 10 s).
     nxt = run_ok(sandbox, "kept + 1", timeout=15)
     assert nxt.text == "8", "an interrupt keeps the state"
 

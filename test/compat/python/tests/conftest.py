@@ -2,7 +2,7 @@
 
 The suite drives the official, unmodified ``e2b`` package (pinned in
 requirements.txt) against a Cubby server. The SDK is configured only through
-the environment, as a user would configure it (E2B wire §1.1):
+the environment, as a user would configure it (docs/wire/e2b-api.md §1.1):
 ``E2B_API_URL``, ``E2B_SANDBOX_URL`` and ``E2B_API_KEY`` (all required).
 test/compat/run.sh starts a server and exports them.
 

@@ -11,7 +11,7 @@ import pytest
 
 REQUIRED_ENV = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY")
 
-#: Template every test sandbox is created from (E2B wire §3.6).
+#: Template every test sandbox is created from (docs/wire/envd.md §3.6).
 TEMPLATE = os.environ.get("CUBBY_COMPAT_TEMPLATE", "base")
 
 #: Metadata key every sandbox of this suite carries.

@@ -1,5 +1,5 @@
 """sandbox.commands with the sync SDK: process.Process Start/Connect/List/
-SendInput/CloseStdin/SendSignal (E2B wire §3.3)."""
+SendInput/CloseStdin/SendSignal (docs/wire/envd.md §3.3)."""
 
 import pytest
 from e2b import (

@@ -1,4 +1,4 @@
-"""Error paths with the sync and async SDK (E2B wire §2.1, §3.4, §3.5)."""
+"""Error paths with the sync and async SDK (docs/wire/e2b-api.md §2.1, docs/wire/envd.md §3.4, §3.5)."""
 
 import os
 import re

@@ -1,4 +1,4 @@
-"""sandbox.files with the sync SDK: envd /files upload/download (E2B wire §3.4)
+"""sandbox.files with the sync SDK: envd /files upload/download (docs/wire/envd.md §3.4)
 and the filesystem.Filesystem RPCs (§3.3)."""
 
 import hashlib

@@ -1,4 +1,4 @@
-"""Sandbox lifecycle through the control plane with the sync SDK (E2B wire §2.3).
+"""Sandbox lifecycle through the control plane with the sync SDK (docs/wire/e2b-api.md §2.3).
 
 The Python SDK creates with the v1 endpoint (``POST /sandboxes`` with
 ``secure``) and connects with ``POST /sandboxes/{id}/connect``.

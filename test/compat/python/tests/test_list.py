@@ -1,4 +1,4 @@
-"""Sandbox.list with the sync SDK (GET /v2/sandboxes, E2B wire §2.4).
+"""Sandbox.list with the sync SDK (GET /v2/sandboxes, docs/wire/e2b-api.md §2.4).
 
 Other tests create sandboxes concurrently, so every query filters on a
 metadata tag unique to the test.

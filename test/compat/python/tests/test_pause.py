@@ -1,4 +1,4 @@
-"""Pause and resume with the sync SDK (E2B wire §2.3).
+"""Pause and resume with the sync SDK (docs/wire/e2b-api.md §2.3).
 
 ``Sandbox.pause`` posts ``/sandboxes/{id}/pause`` (409 -> ``False``);
 ``Sandbox.connect`` resumes a paused sandbox; the sandbox side answers 502

@@ -1,5 +1,5 @@
 """sandbox.pty: Start with a PTY, SendInput(pty), Update (resize) and
-SendSignal (E2B wire §3.3), with both the async and the sync SDK."""
+SendSignal (docs/wire/envd.md §3.3), with both the async and the sync SDK."""
 
 import threading
 

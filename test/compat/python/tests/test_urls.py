@@ -1,5 +1,5 @@
 """URLs fetched without the SDK (with httpx): signed download_url/upload_url
-(E2B wire §3.7) through E2B_SANDBOX_URL, and sandbox ports (§1.3)."""
+(docs/wire/envd.md §3.7) through E2B_SANDBOX_URL, and sandbox ports (§1.3)."""
 
 import httpx
 
@@ -61,7 +61,7 @@ def test_unsecured_sandbox_urls_need_no_signature(sandbox_factory):
     sbx.files.write("open.txt", "open content")
     url = sbx.download_url("open.txt")
     assert "signature" not in url
-    # Shape A cannot route an unsigned URL (E2B wire §1.8), so only check
+    # Shape A cannot route an unsigned URL (docs/wire/e2b-api.md §1.8), so only check
     # that the SDK-built URL names the file; fetch it with routing headers.
     r = httpx.get(url, headers={"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "49983"})
     assert r.status_code == 200

@@ -1,7 +1,7 @@
 """Directory watching.
 
 The sync SDK uses the polling RPCs CreateWatcher/GetWatcherEvents/
-RemoveWatcher; the async SDK uses the streaming WatchDir (E2B wire §3.3).
+RemoveWatcher; the async SDK uses the streaming WatchDir (docs/wire/envd.md §3.3).
 """
 
 import pytest
