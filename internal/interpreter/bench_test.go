@@ -20,7 +20,7 @@ import (
 
 	"github.com/cubby-dev/cubby/internal/gateway"
 	"github.com/cubby-dev/cubby/internal/interpreter/zygote"
-	"github.com/cubby-dev/cubby/internal/jupyter"
+	"github.com/cubby-dev/cubby/internal/agent/jupyter"
 )
 
 func p50ms(ds []time.Duration) float64 {

@@ -8,7 +8,7 @@ import (
 	"maps"
 	"time"
 
-	"github.com/cubby-dev/cubby/internal/jupyter"
+	"github.com/cubby-dev/cubby/internal/agent/jupyter"
 )
 
 // Engine failures the service maps to error lines; test with errors.Is.

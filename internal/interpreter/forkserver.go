@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/interpreter/zygote"
-	"github.com/cubby-dev/cubby/internal/jupyter"
+	"github.com/cubby-dev/cubby/internal/agent/jupyter"
 )
 
 // forkRetry is the least time between two fork server starts, so a server that

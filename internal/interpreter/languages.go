@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cubby-dev/cubby/internal/jupyter"
+	"github.com/cubby-dev/cubby/internal/agent/jupyter"
 )
 
 // ErrUnknownLanguage is wrapped by errors for a language with no kernel here.

@@ -28,7 +28,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/agent/users"
 	"github.com/cubby-dev/cubby/internal/interpreter/memcg"
 	"github.com/cubby-dev/cubby/internal/interpreter/zygote"
-	"github.com/cubby-dev/cubby/internal/jupyter"
+	"github.com/cubby-dev/cubby/internal/agent/jupyter"
 )
 
 // DefaultPythonExtension is the IPython extension module loaded into Python

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/agent/users"
-	"github.com/cubby-dev/cubby/internal/jupyter"
+	"github.com/cubby-dev/cubby/internal/agent/jupyter"
 )
 
 // execution is an /execute response parsed the way the SDKs do: split on "\n",

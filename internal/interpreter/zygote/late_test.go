@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cubby-dev/cubby/internal/jupyter"
+	"github.com/cubby-dev/cubby/internal/agent/jupyter"
 )
 
 // plantModule writes dir/<name>.py with body and returns dir (a PYTHONPATH entry).

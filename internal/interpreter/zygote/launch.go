@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cubby-dev/cubby/internal/jupyter"
+	"github.com/cubby-dev/cubby/internal/agent/jupyter"
 )
 
 // replyTimeout bounds the wait for the server's answer once a request is sent

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cubby-dev/cubby/internal/jupyter"
+	"github.com/cubby-dev/cubby/internal/agent/jupyter"
 	"github.com/cubby-dev/cubby/internal/meminfo"
 )
 
