@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/interpreter"
-	"github.com/cubby-dev/cubby/internal/interpreter/python"
+	"github.com/cubby-dev/cubby/internal/agent/kernels/python"
 	"github.com/cubby-dev/cubby/sdk"
 )
 

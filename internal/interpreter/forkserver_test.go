@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/cubby-dev/cubby/internal/interpreter/python"
+	"github.com/cubby-dev/cubby/internal/agent/kernels/python"
 )
 
 // kernelPid returns the pid of a Python context's kernel.

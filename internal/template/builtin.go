@@ -7,9 +7,9 @@ import (
 	"path"
 	"sort"
 
-	"github.com/cubby-dev/cubby/internal/interpreter/java"
-	"github.com/cubby-dev/cubby/internal/interpreter/node"
-	"github.com/cubby-dev/cubby/internal/interpreter/python"
+	"github.com/cubby-dev/cubby/internal/agent/kernels/java"
+	"github.com/cubby-dev/cubby/internal/agent/kernels/node"
+	"github.com/cubby-dev/cubby/internal/agent/kernels/python"
 )
 
 // builtinSources are files a built-in installs that live with the code owning them

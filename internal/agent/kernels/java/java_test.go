@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cubby-dev/cubby/internal/interpreter/java"
+	"github.com/cubby-dev/cubby/internal/agent/kernels/java"
 	"github.com/cubby-dev/cubby/internal/template"
 )
 

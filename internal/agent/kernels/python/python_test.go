@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cubby-dev/cubby/internal/interpreter/python"
+	"github.com/cubby-dev/cubby/internal/agent/kernels/python"
 	"github.com/cubby-dev/cubby/internal/template"
 )
 

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/cubby-dev/cubby/internal/interpreter/node"
+	"github.com/cubby-dev/cubby/internal/agent/kernels/node"
 	"github.com/cubby-dev/cubby/internal/template"
 )
 

@@ -1,7 +1,7 @@
 """Fixtures: a real IPython InteractiveShell with cubby_display loaded whose
 display outputs are recorded, and a real ipykernel driven by jupyter_client.
 
-Run from internal/interpreter/python with Debian's interpreter:
+Run from internal/agent/kernels/python with Debian's interpreter:
     /usr/bin/python3 -m pytest -q tests
 """
 
