@@ -11,13 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cubby-dev/cubby/internal/interpreter"
+	"github.com/cubby-dev/cubby/internal/agent/interpreter"
 	"github.com/cubby-dev/cubby/internal/agent/kernels/python"
 	"github.com/cubby-dev/cubby/sdk"
 )
 
 // TestDebugModeLocalInterpreter drives Cubby's real code-interpreter service
-// (internal/interpreter with this host's ipykernel) on a loopback listener in
+// (internal/agent/interpreter with this host's ipykernel) on a loopback listener in
 // debug mode (docs/wire/e2b-api.md §1.7: no control plane, the sandbox URL points at the
 // service). It covers RunCode's NDJSON decoding, callbacks, charts,
 // DataFrames, contexts and interrupt-on-timeout without a sandbox.

@@ -20,13 +20,13 @@ import (
 
 	"github.com/cubby-dev/cubby/internal/agent/files"
 	"github.com/cubby-dev/cubby/internal/agent/filesystem"
+	"github.com/cubby-dev/cubby/internal/agent/interpreter"
 	"github.com/cubby-dev/cubby/internal/agent/process"
 	"github.com/cubby-dev/cubby/internal/agent/settings"
 	"github.com/cubby-dev/cubby/internal/agent/trust"
 	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/envdpb/filesystem/filesystemconnect"
 	"github.com/cubby-dev/cubby/internal/envdpb/process/processconnect"
-	"github.com/cubby-dev/cubby/internal/interpreter"
 )
 
 // Config configures the agent.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cubby-dev/cubby/internal/interpreter"
+	"github.com/cubby-dev/cubby/internal/agent/interpreter"
 )
 
 // TestToolLoop runs the agent loop in the SDK's debug mode against Cubby's

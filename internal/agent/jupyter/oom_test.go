@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cubby-dev/cubby/internal/interpreter/memcg"
+	"github.com/cubby-dev/cubby/internal/agent/interpreter/memcg"
 	"github.com/cubby-dev/cubby/internal/testenv/testcgroup"
 )
 

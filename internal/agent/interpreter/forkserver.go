@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cubby-dev/cubby/internal/interpreter/zygote"
+	"github.com/cubby-dev/cubby/internal/agent/interpreter/zygote"
 	"github.com/cubby-dev/cubby/internal/agent/jupyter"
 )
 

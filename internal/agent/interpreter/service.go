@@ -26,8 +26,8 @@ import (
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/agent/users"
-	"github.com/cubby-dev/cubby/internal/interpreter/memcg"
-	"github.com/cubby-dev/cubby/internal/interpreter/zygote"
+	"github.com/cubby-dev/cubby/internal/agent/interpreter/memcg"
+	"github.com/cubby-dev/cubby/internal/agent/interpreter/zygote"
 	"github.com/cubby-dev/cubby/internal/agent/jupyter"
 )
 

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cubby-dev/cubby/internal/agent/users"
 	"github.com/cubby-dev/cubby/internal/agent/jupyter"
+	"github.com/cubby-dev/cubby/internal/agent/users"
 )
 
 // execution is an /execute response parsed the way the SDKs do: split on "\n",

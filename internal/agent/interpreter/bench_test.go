@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cubby-dev/cubby/internal/gateway"
-	"github.com/cubby-dev/cubby/internal/interpreter/zygote"
+	"github.com/cubby-dev/cubby/internal/agent/interpreter/zygote"
 	"github.com/cubby-dev/cubby/internal/agent/jupyter"
+	"github.com/cubby-dev/cubby/internal/gateway"
 )
 
 func p50ms(ds []time.Duration) float64 {
