@@ -1,7 +1,9 @@
-// Package cgroups reads a container's resource usage from cgroupfs, on cgroup v1
-// (including the hybrid layout where cgroup2 is mounted beside the v1 controllers)
-// and on the unified cgroup v2 hierarchy (Linux Documentation/admin-guide/cgroup-v1
-// and cgroup-v2.rst).
+// Package cgroups reads a container's resource usage and a memory cgroup's
+// out-of-memory facts from cgroupfs, on cgroup v1 (including the hybrid layout
+// where cgroup2 is mounted beside the v1 controllers) and on the unified cgroup
+// v2 hierarchy (Linux Documentation/admin-guide/cgroup-v1 and cgroup-v2.rst).
+// Both sides use it: the host reads a sandbox's cgroup from outside, the agent
+// its own from inside (so it imports no other package of the host).
 package cgroups
 
 import (
@@ -144,11 +146,8 @@ func ReadV1(d V1Dirs) (Sample, error) {
 	}
 	s.MemCache = firstOf(stat, "total_cache", "cache")
 	s.MemUsed = sub(usage, firstOf(stat, "total_inactive_file", "inactive_file"))
-	if s.MemLimit, err = ReadValue(filepath.Join(d.Memory, "memory.limit_in_bytes")); err != nil {
+	if s.MemLimit, err = readLimit(filepath.Join(d.Memory, "memory.limit_in_bytes")); err != nil {
 		return Sample{}, err
-	}
-	if s.MemLimit >= unlimitedV1 {
-		s.MemLimit = 0
 	}
 	if oom, err := ReadKeyed(filepath.Join(d.Memory, "memory.oom_control")); err == nil {
 		s.OOMKills = oom["oom_kill"]

@@ -25,10 +25,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cubby-dev/cubby/internal/agent/users"
-	"github.com/cubby-dev/cubby/internal/agent/interpreter/memcg"
 	"github.com/cubby-dev/cubby/internal/agent/interpreter/zygote"
 	"github.com/cubby-dev/cubby/internal/agent/jupyter"
+	"github.com/cubby-dev/cubby/internal/agent/users"
+	"github.com/cubby-dev/cubby/internal/cgroups"
 )
 
 // DefaultPythonExtension is the IPython extension module loaded into Python
@@ -247,7 +247,7 @@ func New(cfg Config) (*Service, error) {
 	if !cfg.NoZygote {
 		s.fork = newForkServer(s.zygoteConfig, cfg.StartTimeout, cfg.Log)
 	}
-	if cg, err := memcg.Of(0); err == nil {
+	if cg, err := cgroups.MemoryOf(0); err == nil {
 		s.oom = cg
 	} else {
 		cfg.Log.Debug("memory cgroup not found; OOM kills are reported as plain kernel deaths", "err", err)

@@ -14,7 +14,7 @@ import (
 var ErrOutOfMemory = errors.New("killed by the out-of-memory killer")
 
 // OOMCounter reads the out-of-memory facts of the memory cgroup a kernel runs
-// in (for example *memcg.Cgroup). Set it in Options.OOM.
+// in (for example *cgroups.Memory). Set it in Options.OOM.
 type OOMCounter interface {
 	// OOMKills returns how many processes the cgroup's OOM killer has killed so far.
 	OOMKills() (uint64, error)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cubby-dev/cubby/internal/agent/interpreter/memcg"
+	"github.com/cubby-dev/cubby/internal/cgroups"
 	"github.com/cubby-dev/cubby/internal/testenv/testcgroup"
 )
 
@@ -26,12 +26,12 @@ func (l cgroupLauncher) Launch(_ context.Context, req LaunchRequest) (Process, e
 func TestOOMKillReported(t *testing.T) {
 	const limit = 96 << 20
 	dir := testcgroup.NewV1Memory(t, "oom", limit)
-	cg, err := memcg.Open(dir)
+	cg, err := cgroups.OpenMemory(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	k := startPython(t, func(o *Options) { o.Launcher = cgroupLauncher{dir: dir}; o.OOM = cg })
-	if got, err := memcg.Of(k.Pid()); err != nil || got.Dir() != dir {
+	if got, err := cgroups.MemoryOf(k.Pid()); err != nil || got.Dir() != dir {
 		t.Fatalf("kernel not in the test cgroup: %+v, %v", got, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

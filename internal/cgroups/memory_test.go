@@ -1,4 +1,4 @@
-package memcg
+package cgroups
 
 import (
 	"bufio"
@@ -10,7 +10,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/testenv/testcgroup"
 )
 
-func TestOfFindsProcessCgroup(t *testing.T) {
+func TestMemoryOfFindsProcessCgroup(t *testing.T) {
 	dir := testcgroup.NewV1Memory(t, "memcg", 32<<20)
 	cmd := exec.Command("sh", "-c", `echo $$ > "$1/cgroup.procs" && echo moved && exec sleep 60`, "sh", dir)
 	r, w, _ := os.Pipe()
@@ -24,10 +24,10 @@ func TestOfFindsProcessCgroup(t *testing.T) {
 	if line, err := bufio.NewReader(r).ReadString('\n'); line != "moved\n" {
 		t.Fatalf("sh: %q, %v", line, err)
 	}
-	if cg, err := Of(cmd.Process.Pid); err != nil || cg.Dir() != dir {
-		t.Fatalf("Of(%d) = %+v, %v; want %s", cmd.Process.Pid, cg, err, dir)
+	if cg, err := MemoryOf(cmd.Process.Pid); err != nil || cg.Dir() != dir {
+		t.Fatalf("MemoryOf(%d) = %+v, %v; want %s", cmd.Process.Pid, cg, err, dir)
 	}
-	cg, err := Open(dir)
+	cg, err := OpenMemory(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,12 +37,12 @@ func TestOfFindsProcessCgroup(t *testing.T) {
 	if l, err := cg.MemoryLimit(); err != nil || l != 32<<20 {
 		t.Fatalf("MemoryLimit = %d, %v", l, err)
 	}
-	self, err := Of(0)
+	self, err := MemoryOf(0)
 	if err != nil || self.Dir() == dir {
-		t.Fatalf("Of(self) = %+v, %v", self, err)
+		t.Fatalf("MemoryOf(self) = %+v, %v", self, err)
 	}
-	if _, err := Open(t.TempDir()); err == nil {
-		t.Fatal("Open(non-cgroup dir) succeeded")
+	if _, err := OpenMemory(t.TempDir()); err == nil {
+		t.Fatal("OpenMemory(non-cgroup dir) succeeded")
 	}
 }
 

@@ -1,8 +1,4 @@
-// Package memcg reads the out-of-memory facts of one memory cgroup: how many
-// processes its OOM killer has killed and its memory limit, on cgroup v1
-// (memory.oom_control, memory.limit_in_bytes) and v2 (memory.events, memory.max)
-// (Linux Documentation/admin-guide/cgroup-v1/memory.rst and cgroup-v2.rst).
-package memcg
+package cgroups
 
 import (
 	"bufio"
@@ -14,39 +10,37 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/cubby-dev/cubby/internal/cgroups"
 	"github.com/cubby-dev/cubby/internal/rootfs/mountinfo"
 )
 
-// unlimitedV1 is the smallest v1 limit treated as "no limit" (the kernel
-// reports PAGE_COUNTER_MAX pages, about 2^63 bytes).
-const unlimitedV1 = 1 << 62
-
-// Cgroup is one memory cgroup directory. Safe for concurrent use.
-type Cgroup struct {
+// Memory is one memory cgroup directory, read for its out-of-memory facts: how
+// many processes its OOM killer has killed and its memory limit, on cgroup v1
+// (memory.oom_control, memory.limit_in_bytes) and v2 (memory.events,
+// memory.max). Safe for concurrent use.
+type Memory struct {
 	dir string
 	v2  bool
 }
 
-// Open returns the memory cgroup at dir: a v1 memory controller directory
-// (holding memory.oom_control) or a v2 directory (holding memory.events).
-// Errors wrap fs.ErrNotExist when dir has neither file.
-func Open(dir string) (*Cgroup, error) {
+// OpenMemory returns the memory cgroup at dir: a v1 memory controller
+// directory (holding memory.oom_control) or a v2 directory (holding
+// memory.events). Errors wrap fs.ErrNotExist when dir has neither file.
+func OpenMemory(dir string) (*Memory, error) {
 	if _, err := os.Stat(filepath.Join(dir, "memory.oom_control")); err == nil {
-		return &Cgroup{dir: dir}, nil
+		return &Memory{dir: dir}, nil
 	}
 	if _, err := os.Stat(filepath.Join(dir, "memory.events")); err != nil {
 		return nil, fmt.Errorf("memory cgroup %s: no memory.oom_control or memory.events: %w", dir, err)
 	}
-	return &Cgroup{dir: dir, v2: true}, nil
+	return &Memory{dir: dir, v2: true}, nil
 }
 
-// Of returns the memory cgroup process pid (0 = the caller) belongs to, found
-// from /proc/<pid>/cgroup and the caller's mountinfo. It works inside a
+// MemoryOf returns the memory cgroup process pid (0 = the caller) belongs to,
+// found from /proc/<pid>/cgroup and the caller's mountinfo. It works inside a
 // container whose cgroupfs mount shows only its own subtree (the mount's root
 // is stripped from the process's cgroup path). Errors wrap fs errors or
 // errors.ErrUnsupported when no memory cgroup is mounted.
-func Of(pid int) (*Cgroup, error) {
+func MemoryOf(pid int) (*Memory, error) {
 	proc := "self"
 	if pid > 0 {
 		proc = strconv.Itoa(pid)
@@ -70,7 +64,7 @@ func Of(pid int) (*Cgroup, error) {
 		}
 	}
 	for _, dir := range candidates {
-		if c, err := Open(dir); err == nil {
+		if c, err := OpenMemory(dir); err == nil {
 			return c, nil
 		}
 	}
@@ -112,18 +106,18 @@ func under(m mountinfo.Mount, path string) []string {
 }
 
 // Dir returns the cgroup's directory.
-func (c *Cgroup) Dir() string { return c.dir }
+func (c *Memory) Dir() string { return c.dir }
 
 // OOMKills returns the number of processes the cgroup's OOM killer has killed
 // since the cgroup was created (v1 memory.oom_control oom_kill, Linux >= 4.13;
 // v2 memory.events oom_kill). Errors wrap fs errors, or errors.ErrUnsupported
 // when the kernel does not report the counter.
-func (c *Cgroup) OOMKills() (uint64, error) {
+func (c *Memory) OOMKills() (uint64, error) {
 	file := "memory.oom_control"
 	if c.v2 {
 		file = "memory.events"
 	}
-	kv, err := cgroups.ReadKeyed(filepath.Join(c.dir, file))
+	kv, err := ReadKeyed(filepath.Join(c.dir, file))
 	if err != nil {
 		return 0, err
 	}
@@ -136,17 +130,24 @@ func (c *Cgroup) OOMKills() (uint64, error) {
 
 // MemoryLimit returns the cgroup's memory limit in bytes, 0 = unlimited (v1
 // memory.limit_in_bytes, v2 memory.max).
-func (c *Cgroup) MemoryLimit() (uint64, error) {
+func (c *Memory) MemoryLimit() (uint64, error) {
 	file := "memory.limit_in_bytes"
 	if c.v2 {
 		file = "memory.max"
 	}
-	n, err := cgroups.ReadValue(filepath.Join(c.dir, file))
+	n, err := readLimit(filepath.Join(c.dir, file))
 	if err != nil {
 		return 0, fmt.Errorf("read memory limit: %w", err)
 	}
-	if n >= unlimitedV1 {
-		return 0, nil
+	return n, nil
+}
+
+// readLimit reads a memory limit file: bytes, 0 = unlimited ("max", or a v1
+// value of at least unlimitedV1).
+func readLimit(path string) (uint64, error) {
+	n, err := ReadValue(path)
+	if err != nil || n >= unlimitedV1 {
+		return 0, err
 	}
 	return n, nil
 }
