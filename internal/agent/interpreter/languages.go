@@ -65,15 +65,15 @@ type envCode struct {
 	restore string
 }
 
-// backend says how to run one language: a Jupyter kernelspec (with launch
-// options) or the native bash engine.
-type backend struct {
-	language string
-	bash     bool
-	spec     *jupyter.KernelSpec
-	python   bool          // ipykernel: gets the display extension and Python argv flags
-	tcp      bool          // the kernel cannot use ipc sockets (Deno)
-	settle   time.Duration // jupyter.Options.SettleDelay (Deno publishes out of order)
+// language says how this host runs one language's code: a Jupyter kernelspec
+// (with launch options) or the native bash engine.
+type language struct {
+	name   string
+	bash   bool
+	spec   *jupyter.KernelSpec
+	python bool          // ipykernel: gets the display extension and Python argv flags
+	tcp    bool          // the kernel cannot use ipc sockets (Deno)
+	settle time.Duration // jupyter.Options.SettleDelay (Deno publishes out of order)
 	// handshake is jupyter.Options.HandshakeTimeout and start, when longer
 	// than Config.StartTimeout, the bound of a start (the JVM is slow to
 	// start and its kernel sometimes never answers a first start).
@@ -82,58 +82,58 @@ type backend struct {
 	env              *envCode // nil: per-request env vars unsupported
 }
 
-// resolveBackend finds how to run language (already normalised) on this host:
+// findLanguage finds how to run language name (already normalised) on this host:
 // python → kernelspec python3/python; javascript and typescript → kernelspec
 // "javascript" (Cubby's Node.js kernel, tcp); deno → kernelspec "deno" or a
 // `deno` binary on path (`deno jupyter --kernel`, interrupted by message, tcp);
 // java → kernelspec "java" (tcp); r → kernelspec "ir"; bash → native; any other
 // name → the kernelspec of that name. Errors wrap ErrUnknownLanguage.
-func resolveBackend(language string, specDirs []string, path string) (*backend, error) {
-	switch language {
+func findLanguage(name string, specDirs []string, path string) (*language, error) {
+	switch name {
 	case LangBash:
-		return &backend{language: language, bash: true}, nil
+		return &language{name: name, bash: true}, nil
 	case LangPython:
 		ks, err := firstSpec(specDirs, "python3", "python")
 		if err != nil {
-			return nil, unknown(language, specDirs, "install ipykernel")
+			return nil, unknown(name, specDirs, "install ipykernel")
 		}
-		return &backend{language: language, spec: ks, python: true, env: pythonEnv}, nil
+		return &language{name: name, spec: ks, python: true, env: pythonEnv}, nil
 	case LangJavaScript, LangTypeScript:
 		ks, err := firstSpec(specDirs, nodeKernelSpec)
 		if err != nil {
-			return nil, unknown(language, specDirs, "install Cubby's Node.js kernel (code-interpreter template)")
+			return nil, unknown(name, specDirs, "install Cubby's Node.js kernel (code-interpreter template)")
 		}
-		return &backend{language: language, spec: ks, tcp: true, env: nodeEnv}, nil
+		return &language{name: name, spec: ks, tcp: true, env: nodeEnv}, nil
 	case LangDeno:
 		ks, err := denoSpec(specDirs, path)
 		if err != nil {
-			return nil, unknown(language, specDirs, "install Deno (deno jupyter)")
+			return nil, unknown(name, specDirs, "install Deno (deno jupyter)")
 		}
-		return &backend{language: language, spec: ks, tcp: true, settle: 25 * time.Millisecond, env: denoEnv,
+		return &language{name: name, spec: ks, tcp: true, settle: 25 * time.Millisecond, env: denoEnv,
 			extraEnv: []string{"NO_COLOR=1", "DENO_NO_UPDATE_CHECK=1"}}, nil
 	case LangJava:
 		ks, err := firstSpec(specDirs, javaKernelSpec)
 		if err != nil {
-			return nil, unknown(language, specDirs, "install a Java kernel (code-interpreter template)")
+			return nil, unknown(name, specDirs, "install a Java kernel (code-interpreter template)")
 		}
-		return &backend{language: language, spec: ks, tcp: true, env: javaEnv,
+		return &language{name: name, spec: ks, tcp: true, env: javaEnv,
 			handshake: javaHandshakeTimeout, start: javaStartTimeout}, nil
 	case LangR:
 		ks, err := firstSpec(specDirs, "ir")
 		if err != nil {
-			return nil, unknown(language, specDirs, "install IRkernel")
+			return nil, unknown(name, specDirs, "install IRkernel")
 		}
-		return &backend{language: language, spec: ks, env: rEnv}, nil
+		return &language{name: name, spec: ks, env: rEnv}, nil
 	}
-	ks, err := jupyter.LookupKernelSpec(specDirs, language)
+	ks, err := jupyter.LookupKernelSpec(specDirs, name)
 	if err != nil {
-		return nil, unknown(language, specDirs, "no kernelspec of that name")
+		return nil, unknown(name, specDirs, "no kernelspec of that name")
 	}
-	b := &backend{language: language, spec: ks}
+	lang := &language{name: name, spec: ks}
 	if strings.EqualFold(ks.Language, "python") {
-		b.env = pythonEnv
+		lang.env = pythonEnv
 	}
-	return b, nil
+	return lang, nil
 }
 
 func unknown(language string, specDirs []string, hint string) error {

@@ -459,7 +459,7 @@ type contextSpec struct {
 
 // createContext starts an engine for sp and registers it.
 func (s *Service) createContext(ctx context.Context, sp contextSpec) (*codeContext, error) {
-	b, err := resolveBackend(sp.language, s.specDirs, s.kernelPath(sp.env))
+	lang, err := findLanguage(sp.language, s.specDirs, s.kernelPath(sp.env))
 	if err != nil {
 		return nil, err
 	}
@@ -477,13 +477,13 @@ func (s *Service) createContext(ctx context.Context, sp contextSpec) (*codeConte
 		return nil, fmt.Errorf("%w: cwd %q is not a directory", errBadRequest, cwd)
 	}
 	id := newContextID()
-	ctx, cancel := context.WithTimeout(ctx, max(s.cfg.StartTimeout, b.start))
+	ctx, cancel := context.WithTimeout(ctx, max(s.cfg.StartTimeout, lang.start))
 	defer cancel()
-	eng, err := s.startEngine(ctx, b, acct, id, cwd, sp.env)
+	eng, err := s.startEngine(ctx, lang, acct, id, cwd, sp.env)
 	if err != nil {
 		return nil, fmt.Errorf("start %s context: %w", sp.language, err)
 	}
-	if b.python && s.fork != nil {
+	if lang.python && s.fork != nil {
 		s.fork.kernelStarted()
 	}
 	c := &codeContext{Context: Context{ID: id, Language: sp.language, Cwd: cwd}, eng: eng, sem: make(chan struct{}, 1),
@@ -520,7 +520,7 @@ func (s *Service) kernelPath(env map[string]string) string {
 }
 
 // kernelEnv builds the environment of a kernel of acct: login basics (PATH
-// path), the sandbox env, then the backend's own entries.
+// path), the sandbox env, then the language's own entries.
 func kernelEnv(acct account, path string, env map[string]string, extra []string) []string {
 	m := map[string]string{"PATH": path, "HOME": acct.home, "USER": acct.name,
 		"LOGNAME": acct.name, "SHELL": "/bin/bash", "LANG": "C.UTF-8"}
@@ -537,10 +537,10 @@ func kernelEnv(acct account, path string, env map[string]string, extra []string)
 	return out
 }
 
-// startEngine launches the backend's kernel or bash for a new context of acct.
-func (s *Service) startEngine(ctx context.Context, b *backend, acct account, id, cwd string, env map[string]string) (engine, error) {
+// startEngine launches the language's kernel or bash for a new context of acct.
+func (s *Service) startEngine(ctx context.Context, lang *language, acct account, id, cwd string, env map[string]string) (engine, error) {
 	path := s.kernelPath(env)
-	if b.bash {
+	if lang.bash {
 		bin, err := lookPathIn("bash", path)
 		if err != nil {
 			return nil, err
@@ -552,10 +552,10 @@ func (s *Service) startEngine(ctx context.Context, b *backend, acct account, id,
 		}
 		return e, nil
 	}
-	extra := append([]string(nil), b.extraEnv...)
+	extra := append([]string(nil), lang.extraEnv...)
 	var args []string
 	var launcher jupyter.Launcher
-	if b.python {
+	if lang.python {
 		args = s.pythonArgs()
 		extra = append(extra, s.pythonEnv(env)...)
 		if s.fork != nil {
@@ -563,21 +563,21 @@ func (s *Service) startEngine(ctx context.Context, b *backend, acct account, id,
 		}
 	}
 	o := jupyter.Options{Dir: cwd, Env: kernelEnv(acct, path, env, extra), Credential: acct.cred, ExtraArgs: args,
-		RuntimeDir: s.cfg.RuntimeDir, InterruptGrace: s.cfg.InterruptGrace, SettleDelay: b.settle,
-		HandshakeTimeout: b.handshake,
+		RuntimeDir: s.cfg.RuntimeDir, InterruptGrace: s.cfg.InterruptGrace, SettleDelay: lang.settle,
+		HandshakeTimeout: lang.handshake,
 		Launcher:         launcher, OOM: s.oom, Log: s.log.With("context", id)}
-	if b.tcp {
+	if lang.tcp {
 		o.Transport = jupyter.TCP
 	}
 	if s.cfg.KernelLogDir != "" {
 		o.LogPath = filepath.Join(s.cfg.KernelLogDir, id+".log")
 		o.LogAttrs = []slog.Attr{slog.String("context", id)}
 	}
-	k, err := jupyter.Start(ctx, b.spec, o)
+	k, err := jupyter.Start(ctx, lang.spec, o)
 	if err != nil {
 		return nil, err
 	}
-	return &kernelEngine{k: k, env: b.env, spawnEnv: maps.Clone(env), pid: k.Pid(), applied: maps.Clone(env)}, nil
+	return &kernelEngine{k: k, env: lang.env, spawnEnv: maps.Clone(env), pid: k.Pid(), applied: maps.Clone(env)}, nil
 }
 
 // pythonEnv returns the env entries Python kernels get on top of the sandbox
