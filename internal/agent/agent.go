@@ -24,6 +24,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/agent/process"
 	"github.com/cubby-dev/cubby/internal/agent/settings"
 	"github.com/cubby-dev/cubby/internal/agent/trust"
+	"github.com/cubby-dev/cubby/internal/agent/users"
 	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/envdpb/filesystem/filesystemconnect"
 	"github.com/cubby-dev/cubby/internal/envdpb/process/processconnect"
@@ -85,6 +86,7 @@ func New(cfg Config) *Agent {
 		interp, err := interpreter.New(interpreter.Config{
 			Env:              s.EnvVars,
 			User:             interpreter.DefaultUser,
+			LookupUser:       lookupAccount,
 			Workdir:          s.Workdir(),
 			Log:              cfg.Log.With("svc", "interpreter"),
 			KernelLogDir:     agentapi.KernelLogDir,
@@ -101,6 +103,16 @@ func New(cfg Config) *Agent {
 		close(a.ready)
 	}
 	return a
+}
+
+// lookupAccount resolves a sandbox user for the code interpreter's kernels
+// (errors as users.Lookup's).
+func lookupAccount(name string) (interpreter.Account, error) {
+	u, err := users.Lookup(name)
+	if err != nil {
+		return interpreter.Account{}, err
+	}
+	return interpreter.Account(*u), nil
 }
 
 // Settings returns the sandbox-level settings shared by every service.

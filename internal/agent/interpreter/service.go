@@ -27,7 +27,6 @@ import (
 
 	"github.com/cubby-dev/cubby/internal/agent/interpreter/zygote"
 	"github.com/cubby-dev/cubby/internal/agent/jupyter"
-	"github.com/cubby-dev/cubby/internal/agent/users"
 	"github.com/cubby-dev/cubby/internal/cgroups"
 )
 
@@ -47,6 +46,10 @@ type Config struct {
 	// User is the account kernels run as unless a context names another
 	// ("" = the service's own user).
 	User string
+	// LookupUser resolves the accounts User and contexts name in the
+	// sandbox's user database (the agent passes its own lookup); nil = kernels
+	// run only as the service's own user, and naming another fails.
+	LookupUser func(name string) (Account, error)
 	// Workdir is the default context cwd ("" = the user's home).
 	Workdir string
 	// Log receives diagnostics (default slog.Default()).
@@ -183,13 +186,24 @@ type Service struct {
 	createdOnce  sync.Once
 }
 
+// Account is a user of the sandbox kernels can run as, as Config.LookupUser
+// resolves it from the sandbox's user database.
+type Account struct {
+	Name   string
+	UID    uint32
+	GID    uint32
+	Home   string
+	Groups []uint32 // supplementary group IDs
+}
+
 // account is the user kernels run as.
 type account struct {
 	name, home string
 	cred       *syscall.Credential
 }
 
-func resolveAccount(name string) (account, error) {
+// resolveAccount resolves name with lookup ("" = the service's own user).
+func resolveAccount(lookup func(string) (Account, error), name string) (account, error) {
 	if name == "" {
 		u, err := user.Current()
 		if err != nil {
@@ -197,7 +211,10 @@ func resolveAccount(name string) (account, error) {
 		}
 		return account{name: u.Username, home: u.HomeDir}, nil
 	}
-	u, err := users.Lookup(name)
+	if lookup == nil {
+		return account{}, fmt.Errorf("user %q: no user lookup configured", name)
+	}
+	u, err := lookup(name)
 	if err != nil {
 		return account{}, err
 	}
@@ -228,7 +245,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.StartTimeout <= 0 {
 		cfg.StartTimeout = 60 * time.Second
 	}
-	acct, err := resolveAccount(cfg.User)
+	acct, err := resolveAccount(cfg.LookupUser, cfg.User)
 	if err != nil {
 		return nil, fmt.Errorf("interpreter user: %w", err)
 	}
@@ -465,7 +482,7 @@ func (s *Service) createContext(ctx context.Context, sp contextSpec) (*codeConte
 	}
 	acct := s.acct
 	if sp.user != "" && sp.user != s.acct.name {
-		if acct, err = resolveAccount(sp.user); err != nil {
+		if acct, err = resolveAccount(s.cfg.LookupUser, sp.user); err != nil {
 			return nil, fmt.Errorf("%w: user %q: %w", errBadRequest, sp.user, err)
 		}
 	}

@@ -609,14 +609,21 @@ func TestRunsAsConfiguredUser(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("needs root to switch users")
 	}
-	if _, err := users.Lookup("nobody"); err != nil {
+	lookup := func(name string) (Account, error) {
+		u, err := users.Lookup(name)
+		if err != nil {
+			return Account{}, err
+		}
+		return Account(*u), nil
+	}
+	if _, err := lookup("nobody"); err != nil {
 		t.Skip("no user nobody")
 	}
 	work := t.TempDir()
 	os.Chmod(filepath.Dir(work), 0o755)
 	os.Chmod(work, 0o777)
 	_, base := newService(t, func(c *Config) {
-		c.User = "nobody"
+		c.User, c.LookupUser = "nobody", lookup
 		c.Workdir = work
 		c.DefaultLanguages = []string{LangBash}
 	})
@@ -644,5 +651,13 @@ func TestStartDefaultsPythonFirst(t *testing.T) {
 	case <-s.DefaultsStarted():
 	default:
 		t.Fatal("DefaultsStarted not closed after StartDefaults returned")
+	}
+}
+
+// TestUserNeedsLookup: without Config.LookupUser kernels run only as the
+// service's own user; naming another fails instead of running as the wrong one.
+func TestUserNeedsLookup(t *testing.T) {
+	if _, err := New(Config{User: "nobody", DefaultLanguages: []string{}, NoZygote: true}); err == nil {
+		t.Fatal("New with a user and no LookupUser succeeded")
 	}
 }
