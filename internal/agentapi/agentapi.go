@@ -1,8 +1,9 @@
-// Package agentapi holds the wire types of the agent's private endpoints
-// (POST /init, GET /metrics) shared by the in-sandbox agent and the host-side
-// control plane, and a small client the host uses to drive them.
-//
-// The shapes follow envd's /init and /metrics (docs/wire/envd.md §3.4).
+// Package agentapi is the contract between the in-sandbox agent and everything
+// that talks to it: envd's ports, paths and defaults, and the wire types of the
+// agent's private endpoints (POST /init, GET /metrics) and boot flags. It
+// imports nothing of either side and builds on every platform, so the host
+// (internal/agentclient drives an agent), the agent and the public SDK share
+// one definition of each (docs/wire/envd.md).
 package agentapi
 
 import (

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/agentapi"
+	"github.com/cubby-dev/cubby/internal/agentclient"
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/egress/policy"
 	"github.com/cubby-dev/cubby/internal/meminfo"
@@ -76,7 +77,7 @@ type Config struct {
 	// free; 0 = 1 GiB.
 	HostReserve uint64
 	// Ready waits until a booted sandbox is fully up; nil = poll its agent's
-	// GET /ready (agentapi.Client.WaitReady).
+	// GET /ready (agentclient.Client.WaitReady).
 	Ready func(ctx context.Context, in backend.Instance) error
 	// ReadyTimeout bounds one pooled boot up to Ready; 0 = 2 min.
 	ReadyTimeout time.Duration
@@ -145,7 +146,7 @@ func New(cfg Config) *Pool {
 	}
 	if cfg.Ready == nil {
 		cfg.Ready = func(ctx context.Context, in backend.Instance) error {
-			return agentapi.NewClient(in.Addr, in.HostIface, "").WaitReady(ctx, 10*time.Millisecond)
+			return agentclient.New(in.Addr, in.HostIface, "").WaitReady(ctx, 10*time.Millisecond)
 		}
 	}
 	if cfg.Quiet == 0 {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/agentapi"
+	"github.com/cubby-dev/cubby/internal/agentclient"
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/layer"
 )
@@ -88,7 +89,7 @@ func (r *run) workdir(ctx context.Context, n, dir string, force bool) error {
 // buildBox is one build sandbox.
 type buildBox struct {
 	id     string
-	client *agentapi.Client
+	client *agentclient.Client
 }
 
 // boot starts a build sandbox over the current tree.
@@ -110,7 +111,7 @@ func (r *run) boot(ctx context.Context) (*buildBox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start build sandbox: %w", err)
 	}
-	return &buildBox{id: req.SandboxID, client: agentapi.NewClient(inst.Addr, inst.HostIface, token)}, nil
+	return &buildBox{id: req.SandboxID, client: agentclient.New(inst.Addr, inst.HostIface, token)}, nil
 }
 
 // kill frees a build sandbox, also when ctx is already cancelled.
@@ -142,10 +143,10 @@ func (r *run) runInSandbox(ctx context.Context, step, script, user, cwd string, 
 	out := newLineLog(func(line string) { r.logf(LevelInfo, step, "%s", line) })
 	rctx, cancel := context.WithTimeout(ctx, r.b.cfg.StepTimeout)
 	defer cancel()
-	code, err := box.client.Run(rctx, agentapi.Process{Cmd: shell, Args: []string{"-c", script}, User: user, Cwd: cwd, Env: r.buildEnv()},
+	code, err := box.client.Run(rctx, agentclient.Process{Cmd: shell, Args: []string{"-c", script}, User: user, Cwd: cwd, Env: r.buildEnv()},
 		func(_ bool, b []byte) { out.Write(b) })
 	out.Flush()
-	var killed *agentapi.KilledError
+	var killed *agentclient.KilledError
 	if errors.As(err, &killed) {
 		return &StepError{Step: step, ExitCode: -1, Err: fmt.Errorf("command %q was killed (%s; the build has %d MiB of memory and %s per step):\n%s",
 			describeCmd(script), killed.Status, max(r.req.MemoryMB, 1024), r.b.cfg.StepTimeout, out.Tail())}

@@ -12,7 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/cubby-dev/cubby/internal/agentapi"
+	"github.com/cubby-dev/cubby/internal/agentclient"
 	"github.com/cubby-dev/cubby/internal/backend"
 )
 
@@ -72,8 +72,8 @@ func (b *Backend) Create(ctx context.Context, req backend.CreateRequest) (in bac
 }
 
 // agent returns a client of the agent at addr.
-func (b *Backend) agent(addr netip.Addr, token string) *agentapi.Client {
-	return agentapi.NewClient(addr, "", token)
+func (b *Backend) agent(addr netip.Addr, token string) *agentclient.Client {
+	return agentclient.New(addr, "", token)
 }
 
 // waitReady waits until Pod name runs with an IP and passes its readiness

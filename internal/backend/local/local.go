@@ -56,6 +56,7 @@ import (
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/agentapi"
+	"github.com/cubby-dev/cubby/internal/agentclient"
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/egress/policy"
 	"github.com/cubby-dev/cubby/internal/network"
@@ -360,6 +361,6 @@ var _ backend.Backend = (*Backend)(nil)
 
 // agentClient returns a client for the agent of s, bound to its host link,
 // authenticated with token ("" = none).
-func (b *Backend) agentClient(s *sandbox, token string) *agentapi.Client {
-	return agentapi.NewClient(s.Addr, b.net.HostVeth(s.ID), token)
+func (b *Backend) agentClient(s *sandbox, token string) *agentclient.Client {
+	return agentclient.New(s.Addr, b.net.HostVeth(s.ID), token)
 }

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cubby-dev/cubby/internal/agentapi"
+	"github.com/cubby-dev/cubby/internal/agentclient"
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/layer"
 	"github.com/cubby-dev/cubby/internal/rootfs"
@@ -26,7 +26,7 @@ func (b *Backend) runStart(ctx context.Context, s *sandbox) error {
 	}
 	c := b.agentClient(s, s.Init.AccessToken)
 	shell := b.shellOf(s)
-	if _, err := c.Start(ctx, agentapi.Process{Cmd: shell, Args: []string{"-l", "-c", s.Start.Cmd}, Tag: "start-cmd"}); err != nil {
+	if _, err := c.Start(ctx, agentclient.Process{Cmd: shell, Args: []string{"-l", "-c", s.Start.Cmd}, Tag: "start-cmd"}); err != nil {
 		return fmt.Errorf("template start command: %w", err)
 	}
 	if s.Start.ReadyCmd == "" {
@@ -43,7 +43,7 @@ func (b *Backend) runStart(ctx context.Context, s *sandbox) error {
 	for {
 		out.Reset()
 		var err error
-		code, err = c.Run(rctx, agentapi.Process{Cmd: shell, Args: []string{"-l", "-c", s.Start.ReadyCmd}},
+		code, err = c.Run(rctx, agentclient.Process{Cmd: shell, Args: []string{"-l", "-c", s.Start.ReadyCmd}},
 			func(_ bool, b []byte) { out.Write(b) })
 		if err == nil && code == 0 {
 			return nil

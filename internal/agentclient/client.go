@@ -1,4 +1,8 @@
-package agentapi
+// Package agentclient drives one sandbox's agent from the host: it waits for
+// GET /health and /ready, sends POST /init, reads /metrics and runs commands
+// through envd's process service, over that sandbox's own host link. The wire
+// shapes are agentapi's (docs/wire/envd.md).
+package agentclient
 
 import (
 	"bytes"
@@ -12,6 +16,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/linkdial"
 )
 
@@ -25,14 +30,14 @@ type Client struct {
 	http  *http.Client
 }
 
-// NewClient returns a client for the agent at addr:EnvdPort whose connections
+// New returns a client for the agent at addr:agentapi.EnvdPort whose connections
 // are bound to the host interface hostIface (the sandbox's host link; "" =
 // unbound, for agents reached without one). token is the sandbox's current
 // access token ("" for unsecured or not yet initialised).
-func NewClient(addr netip.Addr, hostIface, token string) *Client {
+func New(addr netip.Addr, hostIface, token string) *Client {
 	d := linkdial.Dialer(nil, hostIface)
 	return &Client{
-		base:  "http://" + net.JoinHostPort(addr.String(), strconv.Itoa(EnvdPort)),
+		base:  "http://" + net.JoinHostPort(addr.String(), strconv.Itoa(agentapi.EnvdPort)),
 		token: token,
 		http:  &http.Client{Transport: &http.Transport{DisableKeepAlives: true, DialContext: d.DialContext}},
 	}
@@ -81,7 +86,7 @@ func (c *Client) poll(ctx context.Context, path string, interval time.Duration) 
 }
 
 // Init sends POST /init; the agent answers 204.
-func (c *Client) Init(ctx context.Context, req InitRequest) error {
+func (c *Client) Init(ctx context.Context, req agentapi.InitRequest) error {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return fmt.Errorf("encode init: %w", err)
@@ -109,26 +114,26 @@ func (c *Client) Init(ctx context.Context, req InitRequest) error {
 // Metrics fetches GET /metrics: one sample of the sandbox's resource use as
 // the agent sees it from inside. Errors: transport failures, a non-200 answer
 // (401 without the access token of a secured sandbox), an undecodable body.
-func (c *Client) Metrics(ctx context.Context) (Metrics, error) {
+func (c *Client) Metrics(ctx context.Context) (agentapi.Metrics, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/metrics", nil)
 	if err != nil {
-		return Metrics{}, fmt.Errorf("build metrics request: %w", err)
+		return agentapi.Metrics{}, fmt.Errorf("build metrics request: %w", err)
 	}
 	if c.token != "" {
 		req.Header.Set("X-Access-Token", c.token)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return Metrics{}, fmt.Errorf("get metrics: %w", err)
+		return agentapi.Metrics{}, fmt.Errorf("get metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return Metrics{}, fmt.Errorf("metrics answered %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
+		return agentapi.Metrics{}, fmt.Errorf("metrics answered %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
 	}
-	var m Metrics
+	var m agentapi.Metrics
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&m); err != nil {
-		return Metrics{}, fmt.Errorf("decode metrics: %w", err)
+		return agentapi.Metrics{}, fmt.Errorf("decode metrics: %w", err)
 	}
 	return m, nil
 }
