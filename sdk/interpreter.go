@@ -9,9 +9,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
+
+	"github.com/cubby-dev/cubby/internal/agentapi/execapi"
 )
 
 // errExecTimeout is the context cause of an expired RunCode Timeout.
@@ -71,15 +72,12 @@ func (s *Sandbox) RunCode(ctx context.Context, code string, opts *RunCodeOptions
 	if o.Language != "" && o.Context != nil {
 		return nil, &InvalidArgumentError{Message: "RunCode: give Language or Context, not both"}
 	}
-	body := map[string]any{"code": code}
+	body := execapi.ExecuteRequest{Code: code, EnvVars: o.Envs}
 	if o.Context != nil {
-		body["context_id"] = o.Context.ID
+		body.ContextID = &o.Context.ID
 	}
 	if o.Language != "" {
-		body["language"] = o.Language
-	}
-	if len(o.Envs) > 0 {
-		body["env_vars"] = o.Envs
+		body.Language = &o.Language
 	}
 	ectx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -87,7 +85,7 @@ func (s *Sandbox) RunCode(ctx context.Context, code string, opts *RunCodeOptions
 		stop := time.AfterFunc(d, func() { cancel(errExecTimeout) }).Stop
 		defer stop()
 	}
-	resp, err := s.ciRequest(ctx, ectx, http.MethodPost, "/execute", body, target{ResourceContext, contextID(o.Context)})
+	resp, err := s.ciRequest(ctx, ectx, http.MethodPost, execapi.PathExecute, body, target{ResourceContext, contextID(o.Context)})
 	if err != nil {
 		return nil, s.execError(ctx, ectx, o.Timeout, err)
 	}
@@ -119,17 +117,6 @@ func (s *Sandbox) execError(ctx, ectx context.Context, timeout time.Duration, er
 	return err
 }
 
-// executeLine is one NDJSON line of the /execute stream (docs/wire/code-interpreter.md §4.2).
-type executeLine struct {
-	Type           string `json:"type"`
-	Text           string `json:"text"`
-	Timestamp      string `json:"timestamp"`
-	Name           string `json:"name"`
-	Value          string `json:"value"`
-	Traceback      string `json:"traceback"`
-	ExecutionCount int    `json:"execution_count"`
-}
-
 // readExecution consumes the NDJSON stream into exec, calling the callbacks.
 // Lines may be long (images), so they are read without a size limit.
 func readExecution(r io.Reader, exec *Execution, o *RunCodeOptions) error {
@@ -148,33 +135,48 @@ func readExecution(r io.Reader, exec *Execution, o *RunCodeOptions) error {
 	}
 }
 
+// handleLine applies one line to exec: its type says which execapi line it
+// decodes into; lines that do not decode, and types the SDK does not act on
+// (keepalive, end_of_execution, future ones), are skipped.
 func handleLine(line []byte, exec *Execution, o *RunCodeOptions) {
-	var l executeLine
+	var l execapi.Line
 	if json.Unmarshal(line, &l) != nil {
 		return
 	}
 	switch l.Type {
-	case "number_of_executions":
-		exec.ExecutionCount = l.ExecutionCount
-	case "stdout", "stderr":
-		msg := OutputMessage{Line: l.Text, Timestamp: parseTimestamp(l.Timestamp), Error: l.Type == "stderr"}
-		if msg.Error {
-			exec.Logs.Stderr = append(exec.Logs.Stderr, l.Text)
-			call(o.OnStderr, msg)
-		} else {
-			exec.Logs.Stdout = append(exec.Logs.Stdout, l.Text)
-			call(o.OnStdout, msg)
+	case execapi.TypeExecutions:
+		var n execapi.Executions
+		if json.Unmarshal(line, &n) == nil {
+			exec.ExecutionCount = n.ExecutionCount
 		}
-	case "result":
+	case execapi.TypeStdout, execapi.TypeStderr:
+		var out execapi.Output
+		if json.Unmarshal(line, &out) == nil {
+			output(out, exec, o)
+		}
+	case execapi.TypeResult:
 		if r, err := parseResult(line); err == nil {
 			exec.Results = append(exec.Results, r)
 			call(o.OnResult, r)
 		}
-	case "error":
-		if exec.Error == nil {
-			exec.Error = &ExecutionError{Name: l.Name, Value: l.Value, Traceback: l.Traceback}
+	case execapi.TypeError:
+		var e execapi.Error
+		if json.Unmarshal(line, &e) == nil && exec.Error == nil {
+			exec.Error = &ExecutionError{Name: e.Name, Value: e.Value, Traceback: e.Traceback}
 			call(o.OnError, *exec.Error)
 		}
+	}
+}
+
+// output records a stdout or stderr chunk and calls its callback.
+func output(l execapi.Output, exec *Execution, o *RunCodeOptions) {
+	msg := OutputMessage{Line: l.Text, Timestamp: parseTimestamp(l.Timestamp), Error: l.Type == execapi.TypeStderr}
+	if msg.Error {
+		exec.Logs.Stderr = append(exec.Logs.Stderr, l.Text)
+		call(o.OnStderr, msg)
+	} else {
+		exec.Logs.Stdout = append(exec.Logs.Stdout, l.Text)
+		call(o.OnStdout, msg)
 	}
 }
 
@@ -196,35 +198,45 @@ func parseTimestamp(s string) time.Time {
 // *InvalidArgumentError (unknown language), *TimeoutError, *ConnectionError,
 // *APIError.
 func (s *Sandbox) CreateCodeContext(ctx context.Context, opts *CodeContextOptions) (*CodeContext, error) {
-	body := map[string]any{}
+	var body execapi.CreateContextRequest
 	if opts != nil && opts.Language != "" {
-		body["language"] = opts.Language
+		body.Language = &opts.Language
 	}
 	if opts != nil && opts.Cwd != "" {
-		body["cwd"] = opts.Cwd
+		body.Cwd = &opts.Cwd
 	}
-	var out CodeContext
-	return &out, s.ciUnary(ctx, http.MethodPost, "/contexts", body, target{ResourceContext, ""}, &out)
+	var c execapi.Context
+	err := s.ciUnary(ctx, http.MethodPost, execapi.PathContexts, body, target{ResourceContext, ""}, &c)
+	out := CodeContext(c)
+	return &out, err
 }
 
 // ListCodeContexts lists the code contexts, including the default ones
 // (GET /contexts). Errors: those of CreateCodeContext.
 func (s *Sandbox) ListCodeContexts(ctx context.Context) ([]CodeContext, error) {
-	var out []CodeContext
-	return out, s.ciUnary(ctx, http.MethodGet, "/contexts", nil, target{ResourceContext, ""}, &out)
+	var list []execapi.Context
+	err := s.ciUnary(ctx, http.MethodGet, execapi.PathContexts, nil, target{ResourceContext, ""}, &list)
+	if list == nil {
+		return nil, err
+	}
+	out := make([]CodeContext, len(list))
+	for i, c := range list {
+		out[i] = CodeContext(c)
+	}
+	return out, err
 }
 
 // RestartCodeContext restarts a context's kernel, losing its state
 // (POST /contexts/{id}/restart). Errors: *NotFoundError and those of
 // CreateCodeContext.
 func (s *Sandbox) RestartCodeContext(ctx context.Context, id string) error {
-	return s.ciUnary(ctx, http.MethodPost, "/contexts/"+url.PathEscape(id)+"/restart", nil, target{ResourceContext, id}, nil)
+	return s.ciUnary(ctx, http.MethodPost, execapi.ContextPath(id)+execapi.PathRestart, nil, target{ResourceContext, id}, nil)
 }
 
 // RemoveCodeContext removes a context (DELETE /contexts/{id}). Errors:
 // *NotFoundError and those of CreateCodeContext.
 func (s *Sandbox) RemoveCodeContext(ctx context.Context, id string) error {
-	return s.ciUnary(ctx, http.MethodDelete, "/contexts/"+url.PathEscape(id), nil, target{ResourceContext, id}, nil)
+	return s.ciUnary(ctx, http.MethodDelete, execapi.ContextPath(id), nil, target{ResourceContext, id}, nil)
 }
 
 // ciUnary runs a request/response call of the code interpreter under the

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/cubby-dev/cubby/internal/agentapi/execapi"
 )
 
 // Execution is the outcome of RunCode (docs/wire/code-interpreter.md §4.2).
@@ -127,39 +129,33 @@ func decodeB64(name, s string) ([]byte, error) {
 	return b, nil
 }
 
-// resultKeys are the keys of a result line that are not formats.
-var resultKeys = map[string]bool{"type": true, "is_main_result": true, "extra": true}
-
-// parseResult decodes a "result" line. Unknown top-level keys go to Extra.
+// parseResult decodes a result line (execapi.Result); keys beyond its fields
+// are formats too and go to Extra. Errors: the line is not a JSON object.
+// Values of the wrong type leave their field empty.
 func parseResult(line []byte) (Result, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(line, &fields); err != nil {
 		return Result{}, err
 	}
-	r := Result{Extra: map[string]any{}}
-	str := func(key string, dst *string) { _ = json.Unmarshal(fields[key], dst) }
-	str("text", &r.Text)
-	str("html", &r.HTML)
-	str("markdown", &r.Markdown)
-	str("svg", &r.SVG)
-	str("png", &r.PNG)
-	str("jpeg", &r.JPEG)
-	str("pdf", &r.PDF)
-	str("latex", &r.LaTeX)
-	str("javascript", &r.JavaScript)
-	_ = json.Unmarshal(fields["is_main_result"], &r.IsMainResult)
-	_ = json.Unmarshal(fields["json"], &r.JSON)
-	_ = json.Unmarshal(fields["data"], &r.Data)
-	_ = json.Unmarshal(fields["extra"], &r.Extra)
-	if r.Extra == nil {
-		r.Extra = map[string]any{}
+	var l execapi.Result
+	_ = json.Unmarshal(line, &l) // a mistyped field stays zero; the others decode
+	r := Result{Extra: map[string]any{}, IsMainResult: l.IsMainResult}
+	for key, dst := range map[string]*string{"text": &r.Text, "html": &r.HTML, "markdown": &r.Markdown, "svg": &r.SVG,
+		"png": &r.PNG, "jpeg": &r.JPEG, "pdf": &r.PDF, "latex": &r.LaTeX, "javascript": &r.JavaScript} {
+		_ = json.Unmarshal(*l.Format(key), dst)
 	}
-	if raw, ok := fields["chart"]; ok {
-		r.Chart = parseChart(raw)
+	_ = json.Unmarshal(l.JSON, &r.JSON)
+	_ = json.Unmarshal(l.Data, &r.Data)
+	for k, raw := range l.Extra {
+		var v any
+		_ = json.Unmarshal(raw, &v)
+		r.Extra[k] = v
 	}
-	known := []string{"text", "html", "markdown", "svg", "png", "jpeg", "pdf", "latex", "javascript", "json", "data", "chart"}
+	if l.Chart != nil {
+		r.Chart = parseChart(l.Chart)
+	}
 	for k, v := range fields {
-		if resultKeys[k] || slices.Contains(known, k) {
+		if execapi.IsField(k) {
 			continue
 		}
 		var val any

@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"github.com/cubby-dev/cubby/internal/agentapi/execapi"
 )
 
 // bashEngine is the native bash context: one persistent interactive bash
@@ -395,9 +397,9 @@ func (e *bashEngine) execute(ctx context.Context, code string, out *stream) erro
 	out.executions(n)
 	onOut := func(fd int, text string) {
 		if fd == 2 {
-			out.output(lineStderr, text, "")
+			out.output(execapi.TypeStderr, text, "")
 		} else {
-			out.output(lineStdout, text, "")
+			out.output(execapi.TypeStdout, text, "")
 		}
 	}
 	rc, err := sh.run(ctx, code, onOut, e.grace)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/agent/jupyter"
+	"github.com/cubby-dev/cubby/internal/agentapi/execapi"
 )
 
 // Engine failures the service maps to error lines; test with errors.Is.
@@ -52,7 +53,7 @@ func (e *kernelEngine) execute(ctx context.Context, code string, out *stream) er
 	on := func(m *jupyter.Message) { forward(m, out) }
 	r, err := e.k.Execute(ctx, jupyter.ExecuteRequest{Code: code, StoreHistory: true}, on)
 	if r.Dropped > 0 {
-		out.output(lineStderr, fmt.Sprintf("[output truncated: %d messages dropped]\n", r.Dropped), "")
+		out.output(execapi.TypeStderr, fmt.Sprintf("[output truncated: %d messages dropped]\n", r.Dropped), "")
 	}
 	if err != nil {
 		return kernelErr(err)
@@ -104,9 +105,9 @@ func forward(m *jupyter.Message, out *stream) {
 	case "stream":
 		var c struct{ Name, Text string }
 		if m.Decode(&c) == nil {
-			name := lineStdout
+			name := execapi.TypeStdout
 			if c.Name == "stderr" {
-				name = lineStderr
+				name = execapi.TypeStderr
 			}
 			out.output(name, c.Text, m.Header.Date)
 		}

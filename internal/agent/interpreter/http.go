@@ -9,24 +9,9 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/cubby-dev/cubby/internal/agentapi/execapi"
 )
-
-// executeRequest is the POST /execute body (E2B wire §4.1); the Python SDK sends
-// null for absent keys.
-type executeRequest struct {
-	Code      string            `json:"code"`
-	ContextID *string           `json:"context_id"`
-	Language  *string           `json:"language"`
-	EnvVars   map[string]string `json:"env_vars"`
-}
-
-// createContextRequest is the POST /contexts body (language, cwd); user is
-// Cubby's: the account the context's kernel runs as (default root).
-type createContextRequest struct {
-	Language *string `json:"language"`
-	Cwd      *string `json:"cwd"`
-	User     *string `json:"user"`
-}
 
 func deref(s *string) string {
 	if s == nil {
@@ -40,11 +25,11 @@ func deref(s *string) string {
 // /contexts routes answer once the default contexts exist (DefaultsCreated).
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /execute", s.handleExecute)
-	mux.HandleFunc("GET /contexts", s.afterDefaults(s.handleList))
-	mux.HandleFunc("POST /contexts", s.afterDefaults(s.handleCreate))
-	mux.HandleFunc("POST /contexts/{id}/restart", s.afterDefaults(s.handleRestart))
-	mux.HandleFunc("DELETE /contexts/{id}", s.afterDefaults(s.handleDelete))
+	mux.HandleFunc("POST "+execapi.PathExecute, s.handleExecute)
+	mux.HandleFunc("GET "+execapi.PathContexts, s.afterDefaults(s.handleList))
+	mux.HandleFunc("POST "+execapi.PathContexts, s.afterDefaults(s.handleCreate))
+	mux.HandleFunc("POST "+execapi.PathContexts+"/{id}"+execapi.PathRestart, s.afterDefaults(s.handleRestart))
+	mux.HandleFunc("DELETE "+execapi.PathContexts+"/{id}", s.afterDefaults(s.handleDelete))
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, "OK")
 	})
@@ -105,7 +90,7 @@ func validEnvName(k string) bool {
 }
 
 func (s *Service) handleExecute(w http.ResponseWriter, r *http.Request) {
-	var req executeRequest
+	var req execapi.ExecuteRequest
 	if err := decodeBody(r, &req); err != nil {
 		textError(w, http.StatusBadRequest, err.Error())
 		return
@@ -141,7 +126,7 @@ func (s *Service) handleExecute(w http.ResponseWriter, r *http.Request) {
 // run streams one execution: headers at once, keepalives while waiting for the
 // context lock or for output, the cell's lines, a final error line for service
 // failures, then end_of_execution.
-func (s *Service) run(w http.ResponseWriter, r *http.Request, c *codeContext, req executeRequest, env map[string]string) {
+func (s *Service) run(w http.ResponseWriter, r *http.Request, c *codeContext, req execapi.ExecuteRequest, env map[string]string) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	out := newStream(w, cancel)
@@ -190,7 +175,7 @@ func (s *Service) run(w http.ResponseWriter, r *http.Request, c *codeContext, re
 }
 
 // execute applies the env, runs the cell and restores per-request env vars.
-func (s *Service) execute(ctx context.Context, c *codeContext, req executeRequest, env map[string]string, out *stream) error {
+func (s *Service) execute(ctx context.Context, c *codeContext, req execapi.ExecuteRequest, env map[string]string, out *stream) error {
 	if err := c.eng.syncEnv(ctx, env); err != nil {
 		if engineFailure(err) {
 			return err
@@ -279,7 +264,7 @@ func (s *Service) handleList(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Service) handleCreate(w http.ResponseWriter, r *http.Request) {
-	var req createContextRequest
+	var req execapi.CreateContextRequest
 	if err := decodeBody(r, &req); err != nil {
 		textError(w, http.StatusBadRequest, err.Error())
 		return

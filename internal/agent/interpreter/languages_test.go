@@ -1,7 +1,6 @@
 package interpreter
 
 import (
-	"encoding/json"
 	"os/exec"
 	"testing"
 
@@ -22,18 +21,6 @@ func TestAnsiQuote(t *testing.T) {
 	want := `$'a\'b\\c\x0a\x7fé'`
 	if got != want {
 		t.Fatalf("ansiQuote = %s, want %s", got, want)
-	}
-}
-
-func TestResultLineMapping(t *testing.T) {
-	line := resultLine(map[string]json.RawMessage{}, true)
-	if line["extra"] == nil || line["is_main_result"] != true || line["type"] != "result" {
-		t.Fatalf("empty bundle = %v", line)
-	}
-	for in, want := range map[string]string{`'a'`: "a", `"b"`: "b", `'c"`: `'c"`, `'`: `'`, `x`: "x"} {
-		if got := stripQuotes(in); got != want {
-			t.Errorf("stripQuotes(%q) = %q, want %q", in, got, want)
-		}
 	}
 }
 

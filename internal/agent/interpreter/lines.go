@@ -6,17 +6,8 @@ import (
 	"strings"
 	"sync"
 	"time"
-)
 
-// Line types of the /execute NDJSON stream (E2B wire §4.2).
-const (
-	lineExecutions = "number_of_executions"
-	lineStdout     = "stdout"
-	lineStderr     = "stderr"
-	lineResult     = "result"
-	lineError      = "error"
-	lineKeepalive  = "keepalive"
-	lineEnd        = "end_of_execution"
+	"github.com/cubby-dev/cubby/internal/agentapi/execapi"
 )
 
 // Error names the service itself produces in error lines (besides the kernels'
@@ -41,63 +32,13 @@ const (
 	ErrNameInternal = "InterpreterError"
 )
 
-// mimeKeys lifts known MIME types to top-level result keys (E2B wire §4.2);
-// everything else goes under "extra".
-var mimeKeys = map[string]string{
-	"text/plain":             "text",
-	"text/html":              "html",
-	"text/markdown":          "markdown",
-	"image/svg+xml":          "svg",
-	"image/png":              "png",
-	"image/jpeg":             "jpeg",
-	"application/pdf":        "pdf",
-	"text/latex":             "latex",
-	"application/json":       "json",
-	"application/javascript": "javascript",
-	"e2b/data":               "data",
-	"e2b/chart":              "chart",
-}
-
-// resultLine converts a Jupyter MIME bundle into a result line: known types under
-// their E2B key (text/plain with one pair of surrounding quotes stripped, JSON
-// values passed as JSON), unknown ones under "extra" (always present).
-func resultLine(data map[string]json.RawMessage, main bool) map[string]any {
-	line := map[string]any{"type": lineResult, "is_main_result": main}
-	extra := map[string]json.RawMessage{}
-	for mime, v := range data {
-		key, ok := mimeKeys[mime]
-		if !ok {
-			extra[mime] = v
-			continue
-		}
-		if key == "text" {
-			var s string
-			if json.Unmarshal(v, &s) == nil {
-				line[key] = stripQuotes(s)
-				continue
-			}
-		}
-		line[key] = v
-	}
-	line["extra"] = extra
-	return line
-}
-
-// stripQuotes removes one pair of matching surrounding ' or " quotes.
-func stripQuotes(s string) string {
-	if len(s) >= 2 && (s[0] == '\'' || s[0] == '"') && s[len(s)-1] == s[0] {
-		return s[1 : len(s)-1]
-	}
-	return s
-}
-
 // stream writes NDJSON lines to an HTTP response, flushing each line a client
 // acts on at once (output, results, errors, keepalives); it emits keepalive
 // lines while idle and keeps only the first error line. Lines no SDK callback
 // consumes are buffered instead: number_of_executions leaves with the next
 // flushed line, and end_of_execution with the response's final chunk when the
 // handler returns, which saves a write (and a client wake-up) per execution
-// without changing the bytes on the wire (E2B wire §4.2). After
+// without changing the bytes on the wire (docs/wire/code-interpreter.md). After
 // suppressErrors (the service cancelled the cell) kernel errors are dropped so
 // the service's own reason is the one reported. Safe for concurrent use.
 type stream struct {
@@ -179,29 +120,30 @@ func (s *stream) keepalive(d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.ended && time.Since(s.last) >= d {
-		s.writeLocked(map[string]string{"type": lineKeepalive})
+		s.writeLocked(execapi.Marker{Type: execapi.TypeKeepalive})
 	}
 }
 
 // executions buffers the number_of_executions line: clients only read it into
 // the final Execution, so it waits for the next flushed line.
 func (s *stream) executions(n int) {
-	s.buffer(map[string]any{"type": lineExecutions, "execution_count": n})
+	s.buffer(execapi.NewExecutions(n))
 }
 
-// output writes a stdout/stderr line; ts is ISO 8601 ("" = now).
-func (s *stream) output(name, text, ts string) {
+// output writes a stdout/stderr line (typ execapi.TypeStdout or TypeStderr);
+// ts is ISO 8601 ("" = now).
+func (s *stream) output(typ, text, ts string) {
 	if text == "" {
 		return
 	}
 	if ts == "" {
 		ts = time.Now().UTC().Format("2006-01-02T15:04:05.000000Z07:00")
 	}
-	s.write(map[string]string{"type": name, "text": text, "timestamp": ts})
+	s.write(execapi.Output{Text: text, Timestamp: ts, Type: typ})
 }
 
 func (s *stream) result(data map[string]json.RawMessage, main bool) {
-	s.write(resultLine(data, main))
+	s.write(execapi.NewResult(data, main))
 }
 
 // kernelError writes an error raised by the user's code, unless one was sent
@@ -213,8 +155,7 @@ func (s *stream) kernelError(name, value string, traceback []string) {
 		return
 	}
 	s.errSent = true
-	s.writeLocked(map[string]string{"type": lineError, "name": name, "value": value,
-		"traceback": strings.Join(traceback, "")})
+	s.writeLocked(execapi.NewError(name, value, strings.Join(traceback, "")))
 }
 
 // serviceError writes an error produced by the service; it replaces nothing
@@ -226,7 +167,7 @@ func (s *stream) serviceError(name, value string) {
 		return
 	}
 	s.errSent = true
-	s.writeLocked(map[string]string{"type": lineError, "name": name, "value": value, "traceback": ""})
+	s.writeLocked(execapi.NewError(name, value, ""))
 }
 
 // suppressErrors drops later kernel errors (e.g. the KeyboardInterrupt caused by
@@ -244,7 +185,7 @@ func (s *stream) end() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.ended = true
-	s.bufferLocked(map[string]string{"type": lineEnd})
+	s.bufferLocked(execapi.Marker{Type: execapi.TypeEnd})
 }
 
 // failed reports whether a write to the client failed.

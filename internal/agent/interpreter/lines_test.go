@@ -3,6 +3,8 @@ package interpreter
 import (
 	"net/http/httptest"
 	"testing"
+
+	"github.com/cubby-dev/cubby/internal/agentapi/execapi"
 )
 
 // TestStreamFlushes checks which lines are flushed at once (those a client
@@ -21,7 +23,7 @@ func TestStreamFlushes(t *testing.T) {
 	if rec.Flushed {
 		t.Fatal("number_of_executions was flushed on its own")
 	}
-	s.output(lineStdout, "hi\n", "2026-01-01T00:00:00.000000Z")
+	s.output(execapi.TypeStdout, "hi\n", "2026-01-01T00:00:00.000000Z")
 	if !rec.Flushed {
 		t.Fatal("stdout line not flushed")
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cubby-dev/cubby/internal/agent/jupyter"
+	"github.com/cubby-dev/cubby/internal/agentapi/execapi"
 )
 
 // TestReportOOM: a kernel killed by the OOM killer (jupyter.OOMError, as
@@ -26,7 +27,7 @@ func TestReportOOM(t *testing.T) {
 	} {
 		rec := httptest.NewRecorder()
 		out := newStream(rec, nil)
-		if restart := s.report(out, &codeContext{Context: Context{ID: "c"}}, kernelErr(tc.err)); !restart {
+		if restart := s.report(out, &codeContext{Context: execapi.Context{ID: "c"}}, kernelErr(tc.err)); !restart {
 			t.Errorf("%v: context not restarted", tc.err)
 		}
 		var line map[string]string

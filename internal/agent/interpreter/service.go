@@ -27,6 +27,7 @@ import (
 
 	"github.com/cubby-dev/cubby/internal/agent/interpreter/zygote"
 	"github.com/cubby-dev/cubby/internal/agent/jupyter"
+	"github.com/cubby-dev/cubby/internal/agentapi/execapi"
 	"github.com/cubby-dev/cubby/internal/cgroups"
 )
 
@@ -113,16 +114,9 @@ type Config struct {
 	ParallelDefaults bool
 }
 
-// Context is a code context as the API returns it (E2B wire §4.1).
-type Context struct {
-	ID       string `json:"id"`
-	Language string `json:"language"`
-	Cwd      string `json:"cwd"`
-}
-
 // codeContext is a context with its engine and its one-execution-at-a-time lock.
 type codeContext struct {
-	Context
+	execapi.Context
 	seq     int
 	rank    int // position in the list: the default contexts first (defaultRank), then the rest
 	eng     engine
@@ -503,7 +497,7 @@ func (s *Service) createContext(ctx context.Context, sp contextSpec) (*codeConte
 	if lang.python && s.fork != nil {
 		s.fork.kernelStarted()
 	}
-	c := &codeContext{Context: Context{ID: id, Language: sp.language, Cwd: cwd}, eng: eng, sem: make(chan struct{}, 1),
+	c := &codeContext{Context: execapi.Context{ID: id, Language: sp.language, Cwd: cwd}, eng: eng, sem: make(chan struct{}, 1),
 		rank: len(s.cfg.DefaultLanguages)}
 	if sp.isDefault {
 		c.rank = s.defaultRank(sp.language)
@@ -637,7 +631,7 @@ func (s *Service) defaultRank(language string) int {
 
 // list returns the live contexts: the default contexts first (defaultRank),
 // then the others in creation order.
-func (s *Service) list() []Context {
+func (s *Service) list() []execapi.Context {
 	s.mu.Lock()
 	all := make([]*codeContext, 0, len(s.contexts))
 	for _, c := range s.contexts {
@@ -650,7 +644,7 @@ func (s *Service) list() []Context {
 		}
 		return all[i].seq < all[j].seq
 	})
-	out := make([]Context, len(all))
+	out := make([]execapi.Context, len(all))
 	for i, c := range all {
 		out[i] = c.Context
 	}

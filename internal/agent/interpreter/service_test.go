@@ -18,6 +18,7 @@ import (
 
 	"github.com/cubby-dev/cubby/internal/agent/jupyter"
 	"github.com/cubby-dev/cubby/internal/agent/users"
+	"github.com/cubby-dev/cubby/internal/agentapi/execapi"
 )
 
 // execution is an /execute response parsed the way the SDKs do: split on "\n",
@@ -413,7 +414,7 @@ func TestKeepaliveLines(t *testing.T) {
 	}
 }
 
-func createContext(t testing.TB, base string, body map[string]any) Context {
+func createContext(t testing.TB, base string, body map[string]any) execapi.Context {
 	t.Helper()
 	resp := post(t, context.Background(), base+"/contexts", body)
 	defer resp.Body.Close()
@@ -421,21 +422,21 @@ func createContext(t testing.TB, base string, body map[string]any) Context {
 	if resp.StatusCode != 200 {
 		t.Fatalf("create context: %d %s", resp.StatusCode, b)
 	}
-	var c Context
+	var c execapi.Context
 	if err := json.Unmarshal(b, &c); err != nil {
 		t.Fatalf("create context body %q: %v", b, err)
 	}
 	return c
 }
 
-func listContexts(t testing.TB, base string) []Context {
+func listContexts(t testing.TB, base string) []execapi.Context {
 	t.Helper()
 	resp, err := http.Get(base + "/contexts")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var out []Context
+	var out []execapi.Context
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
 		t.Fatal(err)
 	}

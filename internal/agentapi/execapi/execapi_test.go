@@ -77,3 +77,15 @@ func TestContextPath(t *testing.T) {
 		t.Fatalf("ContextPath = %q", got)
 	}
 }
+
+func TestResultLineMapping(t *testing.T) {
+	line := NewResult(map[string]json.RawMessage{}, true)
+	if line.Extra == nil || !line.IsMainResult || line.Type != "result" {
+		t.Fatalf("empty bundle = %v", line)
+	}
+	for in, want := range map[string]string{`'a'`: "a", `"b"`: "b", `'c"`: `'c"`, `'`: `'`, `x`: "x"} {
+		if got := stripQuotes(in); got != want {
+			t.Errorf("stripQuotes(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
