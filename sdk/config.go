@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/cubby-dev/cubby/internal/agentapi"
 )
 
 // Version is the version of this SDK, sent in the User-Agent header.
@@ -14,10 +16,12 @@ const Version = "0.1.0"
 
 // Default ports and timeouts of the E2B protocol (docs/wire/e2b-api.md §1.2, §1.6).
 const (
-	// EnvdPort is the port of envd, the in-sandbox daemon (docs/wire/envd.md §3).
-	EnvdPort = 49983
-	// CodeInterpreterPort is the port of the code-interpreter service (docs/wire/code-interpreter.md §4).
-	CodeInterpreterPort = 49999
+	// EnvdPort is the port of envd, the in-sandbox daemon (49983,
+	// docs/wire/envd.md §3).
+	EnvdPort = agentapi.EnvdPort
+	// CodeInterpreterPort is the port of the code-interpreter service (49999,
+	// docs/wire/code-interpreter.md §4).
+	CodeInterpreterPort = agentapi.InterpreterPort
 	// DefaultRequestTimeout bounds each unary request and the handshake of each
 	// stream (docs/wire/e2b-api.md §1.6).
 	DefaultRequestTimeout = 60 * time.Second
@@ -30,7 +34,7 @@ const (
 	DefaultTemplate = "base"
 	// DefaultUser is the user name the SDK sends to envd older than 0.4.0,
 	// which has no default user (docs/wire/e2b-api.md §2.5).
-	DefaultUser = "user"
+	DefaultUser = agentapi.DefaultUser
 	// DefaultDomain is E2B's cloud domain, used when neither the options nor
 	// E2B_DOMAIN name one.
 	DefaultDomain = "e2b.app"

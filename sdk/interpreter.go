@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -322,7 +323,7 @@ func (s *Sandbox) ciError(ctx context.Context, op string, t target, resp *http.R
 		if s.probeKilled(ctx) {
 			return killedError(s.id)
 		}
-		return &APIError{StatusCode: resp.StatusCode, Message: op + ": the code interpreter on port 49999 is not reachable (" + msg +
+		return &APIError{StatusCode: resp.StatusCode, Message: op + ": the code interpreter on port " + strconv.Itoa(CodeInterpreterPort) + " is not reachable (" + msg +
 			"); is the sandbox from a code-interpreter template?"}
 	}
 	return &APIError{StatusCode: resp.StatusCode, Message: op + ": " + msg}

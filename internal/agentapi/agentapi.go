@@ -16,6 +16,14 @@ import (
 // EnvdPort is the TCP port the agent's envd protocol listens on inside every sandbox.
 const EnvdPort = 49983
 
+// DefaultUser and DefaultWorkdir are the user requests run as and the
+// directory empty paths resolve to until POST /init names others
+// (InitRequest.DefaultUser, DefaultWorkdir): E2B templates' "user" in its home.
+const (
+	DefaultUser    = "user"
+	DefaultWorkdir = "/home/" + DefaultUser
+)
+
 // AgentPath is where the agent binary (the Cubby binary) appears inside every
 // sandbox: bind-mounted by the local backend, baked into the image by
 // `cubby template export` for the kubernetes backend.
@@ -56,9 +64,11 @@ type InitRequest struct {
 	// every code-context call and X-Access-Token only on POST /execute. envd
 	// routes (port 49983) never accept it. "" = only X-Access-Token is accepted.
 	TrafficAccessToken string `json:"trafficAccessToken,omitempty"`
-	// DefaultUser is the user requests run as when they name none ("user").
+	// DefaultUser is the user requests run as when they name none ("" =
+	// the agent keeps what it has, initially the package's DefaultUser).
 	DefaultUser string `json:"defaultUser,omitempty"`
-	// DefaultWorkdir is the directory an empty path and a process without cwd resolve to.
+	// DefaultWorkdir is the directory an empty path and a process without cwd
+	// resolve to ("" = the agent keeps what it has, initially DefaultWorkdir).
 	DefaultWorkdir string `json:"defaultWorkdir,omitempty"`
 	// Timestamp is the host's wall clock when it sent the request; the agent uses
 	// it only for logging clock skew.

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -39,7 +40,7 @@ func newAgentCmd() *cobra.Command {
 			return a.Serve(cmd.Context())
 		},
 	}
-	cmd.Flags().StringVar(&addr, "listen", ":49983", "envd listen address")
+	cmd.Flags().StringVar(&addr, "listen", ":"+strconv.Itoa(agentapi.EnvdPort), "envd listen address")
 	cmd.Flags().BoolVar(&noInterp, agentapi.FlagNoInterpreter, false, "run without the code interpreter (template build sandboxes)")
 	addBootFlags(cmd, &contexts, &preload)
 	addRetiredFlags(cmd, &retired)

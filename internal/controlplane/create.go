@@ -29,12 +29,6 @@ const (
 	createTimeout         = 5 * time.Minute
 )
 
-// Agent defaults sent in backend.CreateRequest.Init (docs/wire/envd.md §3.6).
-const (
-	defaultUser    = "user"
-	defaultWorkdir = "/home/user"
-)
-
 // createSpec is a validated create request.
 type createSpec struct {
 	team      string // the caller's team, which will own the sandbox
@@ -377,7 +371,7 @@ func (s *Service) createRequest(rec store.Sandbox, ref TemplateRef, sp createSpe
 			// The agent takes only the link credential: the gateway checks
 			// the clients' tokens (agentapi.LinkToken).
 			EnvVars: s.sandboxEnv(ref, sp.envVars), AccessToken: agentapi.LinkToken(rec.AccessToken),
-			DefaultUser: cmp.Or(ref.User, defaultUser), DefaultWorkdir: cmp.Or(ref.Workdir, defaultWorkdir), Timestamp: time.Now(),
+			DefaultUser: cmp.Or(ref.User, agentapi.DefaultUser), DefaultWorkdir: cmp.Or(ref.Workdir, agentapi.DefaultWorkdir), Timestamp: time.Now(),
 		},
 	}
 	if s.cfg.Outbound.CABundle != "" {

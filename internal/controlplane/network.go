@@ -8,14 +8,12 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/api"
 	"github.com/cubby-dev/cubby/internal/backend"
 	"github.com/cubby-dev/cubby/internal/egress/policy"
 	"github.com/cubby-dev/cubby/internal/store"
 )
-
-// envdPort is envd's port, which httpsPorts may not name (E2B's rule).
-const envdPort = 49983
 
 // portPlaceholder is what maskRequestHost may hold for the port.
 const portPlaceholder = "${PORT}"
@@ -100,8 +98,8 @@ func validIngress(n *api.SandboxNetworkConfig) error {
 		return nil
 	}
 	for i, port := range deref(n.HttpsPorts) {
-		if port < 1 || port > 65535 || port == envdPort {
-			return badRequest(fmt.Sprintf("network.httpsPorts[%d]: %d is not a port 1-65535 other than envd's %d", i, port, envdPort))
+		if port < 1 || port > 65535 || port == agentapi.EnvdPort {
+			return badRequest(fmt.Sprintf("network.httpsPorts[%d]: %d is not a port 1-65535 other than envd's %d", i, port, agentapi.EnvdPort))
 		}
 	}
 	if m := deref(n.MaskRequestHost); m != "" {

@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/sandboxid"
 )
 
@@ -36,7 +37,7 @@ const (
 	HeaderTrafficToken = "E2b-Traffic-Access-Token"
 	// EnvdPort is the port of envd (the in-sandbox agent); it is exempt from the
 	// traffic token and is the port signed /files URLs are routed to.
-	EnvdPort = 49983
+	EnvdPort = agentapi.EnvdPort
 	// DefaultDialTimeout is used when Config.DialTimeout is zero.
 	DefaultDialTimeout = 5 * time.Second
 )

@@ -9,6 +9,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/cubby-dev/cubby/internal/agentapi"
 	"github.com/cubby-dev/cubby/internal/image"
 )
 
@@ -17,7 +18,7 @@ import (
 // WORKDIR step says otherwise).
 const (
 	buildUser    = DefaultUser
-	buildWorkdir = "/home/" + DefaultUser
+	buildWorkdir = agentapi.DefaultWorkdir
 )
 
 // base prepares the build's starting state from the spec's source.

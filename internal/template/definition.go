@@ -19,6 +19,8 @@ import (
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/cubby-dev/cubby/internal/agentapi"
 )
 
 // DefinitionFile is the file name LoadDefinition reads from a definition directory.
@@ -28,8 +30,8 @@ const DefinitionFile = "cubby-template.yaml"
 const (
 	DefaultSuite   = "bookworm"
 	DefaultVariant = "minbase"
-	DefaultUser    = "user" // docs/wire/envd.md §3.6: the sandbox's default user
-	DefaultUID     = 1000   // uid (and gid) of DefaultUser in every template
+	DefaultUser    = agentapi.DefaultUser // the sandbox's default user (docs/wire/envd.md §3.6)
+	DefaultUID     = 1000                 // uid (and gid) of DefaultUser in every template
 )
 
 // Runtimes are the values Definition.Runtime accepts besides "" (the OCI

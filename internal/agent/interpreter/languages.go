@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/agent/jupyter"
+	"github.com/cubby-dev/cubby/internal/agent/kernels/java"
+	"github.com/cubby-dev/cubby/internal/agent/kernels/node"
 )
 
 // ErrUnknownLanguage is wrapped by errors for a language with no kernel here.
@@ -38,8 +40,8 @@ const (
 
 // Kernelspec names the code-interpreter template installs for Node.js and Java.
 const (
-	nodeKernelSpec = "javascript"
-	javaKernelSpec = "java"
+	nodeKernelSpec = node.KernelSpecName
+	javaKernelSpec = java.KernelSpecName
 )
 
 // NormalizeLanguage maps a request's language to its canonical name.

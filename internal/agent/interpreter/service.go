@@ -27,13 +27,14 @@ import (
 
 	"github.com/cubby-dev/cubby/internal/agent/interpreter/zygote"
 	"github.com/cubby-dev/cubby/internal/agent/jupyter"
+	"github.com/cubby-dev/cubby/internal/agent/kernels/python"
 	"github.com/cubby-dev/cubby/internal/agentapi/execapi"
 	"github.com/cubby-dev/cubby/internal/cgroups"
 )
 
 // DefaultPythonExtension is the IPython extension module loaded into Python
 // kernels (charts/DataFrames formatters shipped by the code-interpreter template).
-const DefaultPythonExtension = "cubby_display"
+const DefaultPythonExtension = python.ModuleName
 
 // DefaultUser is the account kernels run as in a sandbox: root, as E2B runs its
 // Jupyter server (a sandbox's root is confined by the sandbox).

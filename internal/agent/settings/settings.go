@@ -13,12 +13,6 @@ import (
 	"github.com/cubby-dev/cubby/internal/agentapi"
 )
 
-// Defaults used before /init names others (what E2B templates use).
-const (
-	DefaultUser    = "user"
-	DefaultWorkdir = "/home/user"
-)
-
 // Settings is safe for concurrent use; the zero value is not usable, call New.
 type Settings struct {
 	mu           sync.RWMutex
@@ -30,10 +24,10 @@ type Settings struct {
 	trafficToken string
 }
 
-// New returns settings with E2B's defaults: user "user", workdir "/home/user",
-// no env vars and no access token.
+// New returns settings with E2B's defaults (agentapi.DefaultUser and
+// DefaultWorkdir), no env vars and no access token.
 func New() *Settings {
-	return &Settings{envVars: map[string]string{}, user: DefaultUser, workdir: DefaultWorkdir}
+	return &Settings{envVars: map[string]string{}, user: agentapi.DefaultUser, workdir: agentapi.DefaultWorkdir}
 }
 
 // Apply merges an /init request: env vars are replaced when given, the user and

@@ -14,6 +14,9 @@ import (
 // class path names it.
 const InstallDir = "/usr/local/share/java/cubby"
 
+// KernelSpecName is the kernelspec the launcher is installed as.
+const KernelSpecName = "java"
+
 // KernelJar is where the template installs the Rapaio kernel's jar.
 const KernelJar = "/usr/local/share/java/rapaio-jupyter-kernel.jar"
 
