@@ -1,7 +1,14 @@
 // Package agent is the in-sandbox daemon (`cubby agent`): it serves the envd protocol
 // on port 49983 — Connect RPC services filesystem.Filesystem and process.Process, the
-// /files HTTP API, /health, /init, /envs and /metrics — as described in
-// docs/e2b-compatibility.md
+// /files HTTP API, /health, /init, /envs and /metrics (docs/wire/envd.md) — and the
+// code interpreter on port 49999 (package interpreter, docs/wire/code-interpreter.md).
+//
+// Everything under internal/agent runs inside the sandbox, and the arrows point one
+// way: the agent imports only its own packages, the contracts both sides share
+// (internal/agentapi/..., internal/envdpb/..., internal/filesig, and the kernels'
+// files the template builder installs, internal/agent/kernels/...) and the cgroupfs
+// and mountinfo readers; host packages import those contracts, never the agent's
+// internals. TestArrows checks both with go list.
 package agent
 
 import (
@@ -138,7 +145,7 @@ func (a *Agent) routes() http.Handler {
 	return cors(a.requireToken(mux))
 }
 
-// unauthorizedBody is envd's exact 401 body (E2B wire §1.4).
+// unauthorizedBody is envd's exact 401 body (docs/wire/envd.md).
 const unauthorizedBody = `{"code":401,"message":"unauthorized access, please provide a valid access token or method signing if supported"}`
 
 // requireToken enforces X-Access-Token on every route of a secured sandbox except
@@ -351,7 +358,7 @@ func (a *Agent) interpreterHandler() http.Handler {
 	return interpreterAuth(a.interp.Handler(), a.settings)
 }
 
-// Headers that authenticate code-interpreter requests (E2B wire §1.4): the
+// Headers that authenticate code-interpreter requests (docs/wire/envd.md): the
 // official SDKs send the traffic token on every code-context call and the
 // access token on POST /execute.
 const (

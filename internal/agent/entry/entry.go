@@ -1,5 +1,5 @@
-// Package entry builds the envd EntryInfo of a file (docs/e2b-compatibility.md,
-// §3.3 Stat) and creates directories owned by a sandbox user. Both the Filesystem
+// Package entry builds the envd EntryInfo of a file (docs/wire/envd.md,
+// Stat) and creates directories owned by a sandbox user. Both the Filesystem
 // RPC service and the /files HTTP handler use it.
 package entry
 
@@ -21,7 +21,7 @@ import (
 )
 
 // MetadataPrefix is the xattr namespace holding a file's user metadata: the
-// X-Metadata-<Key> upload header is stored as "user.e2b.<key>" (E2B wire §3.4).
+// X-Metadata-<Key> upload header is stored as "user.e2b.<key>" (docs/wire/envd.md).
 const MetadataPrefix = "user.e2b."
 
 // Builder builds EntryInfo messages and caches uid/gid → name lookups.
@@ -37,7 +37,7 @@ func NewBuilder() *Builder {
 }
 
 // Build describes the file at fsPath (lstat, so a symlink itself) and reports it
-// under path (the name clients asked for; name is its base). Shape (E2B wire §3.3):
+// under path (the name clients asked for; name is its base). Shape (docs/wire/envd.md):
 //   - size is the lstat size in bytes; permissions is Go's FileMode.String() of the
 //     lstat mode ("-rw-r--r--", "drwxr-xr-x", "Lrwxrwxrwx");
 //   - for a symlink, symlinkTarget is the resolved absolute target and type/mode are
@@ -141,7 +141,7 @@ func (b *Builder) groupName(gid uint32) string {
 
 // Metadata reads the user.e2b.* xattrs of p (following symlinks) as a map keyed
 // without the prefix. A file without metadata, a filesystem without xattr support
-// and any read error all yield nil: metadata is best effort (E2B wire §3.4).
+// and any read error all yield nil: metadata is best effort (docs/wire/envd.md).
 func Metadata(p string) map[string]string {
 	names, err := listXattrs(p)
 	if err != nil {
@@ -214,7 +214,7 @@ func getXattr(p, name string) (string, error) {
 
 // MkdirAll creates dir and any missing parents like `mkdir -p`, giving every
 // directory it creates mode 0755 (independent of the umask) and owner uid:gid
-// (E2B wire §3.3: created entries belong to the user). Existing directories are left
+// (docs/wire/envd.md: created entries belong to the user). Existing directories are left
 // alone. A path component that exists but is not a directory yields an error
 // wrapping syscall.ENOTDIR.
 func MkdirAll(dir string, uid, gid int) error {

@@ -7,10 +7,10 @@ import (
 	"github.com/cubby-dev/cubby/internal/filesig"
 )
 
-// msgUnauthorized is envd's generic 401 message (E2B wire §1.4).
+// msgUnauthorized is envd's generic 401 message (docs/wire/envd.md).
 var msgUnauthorized = filesig.ErrUnsigned.Error()
 
-// authorize applies the §3.7 check for operation op ("read" or "write") and
+// authorize applies the /files access check for operation op ("read" or "write") and
 // returns the 401 message when access is refused. Unsecured sandboxes accept
 // every request. Otherwise an X-Access-Token header, when present, must match
 // (the signature is then ignored); without it, `signature` must be the v1

@@ -8,7 +8,7 @@ import (
 // dispositionParams parses the parameters of a multipart part's
 // Content-Disposition value (`form-data; name="file"; filename="/a/b.txt"`) into a
 // map with lowercased names. Unlike multipart.Part.FileName it keeps directories
-// (the filename is the destination path, E2B wire §3.4). Quoted strings honour
+// (the filename is the destination path, docs/wire/envd.md). Quoted strings honour
 // the escapes `\"` and `\\` (other backslashes are literal); the WHATWG form
 // encoding used by undici and browsers (%22, %0A, %0D) is undone in quoted
 // filenames; an RFC 5987 extended `filename*` (UTF-8) takes precedence over `filename`.

@@ -18,7 +18,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/agent/users"
 )
 
-// download serves GET /files (docs/e2b-compatibility.md): gzipped whenever the client
+// download serves GET /files (docs/wire/envd.md): gzipped whenever the client
 // accepts gzip and asks for no range (as E2B's envd does), else the bytes through
 // http.ServeContent (ranges, conditional requests, type by extension); a file
 // whose size stat reports as 0 although it has content (procfs, sysfs) is
@@ -94,7 +94,7 @@ func (h *Handler) serveUnsized(w http.ResponseWriter, r *http.Request, f *os.Fil
 	}
 }
 
-// openError maps an open failure to the REST error of §3.4.
+// openError maps an open failure to the REST error of /files (docs/wire/envd.md).
 func (h *Handler) openError(w http.ResponseWriter, p string, err error) {
 	switch {
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):

@@ -1,6 +1,6 @@
 // Package files serves envd's plain-HTTP file transfer endpoint, GET and POST
-// /files (docs/e2b-compatibility.md), including its own access check by
-// token or URL signature (§3.7). Uploads never leave a partial file behind: data
+// /files (docs/wire/envd.md), including its own access check by
+// token or URL signature. Uploads never leave a partial file behind: data
 // goes to a temporary file in the destination directory that is renamed into place
 // only when complete.
 package files
@@ -64,7 +64,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // user resolves the request's sandbox user: the `username` query, else the
-// Basic auth username, else the sandbox default (E2B wire §3.3).
+// Basic auth username, else the sandbox default (docs/wire/envd.md).
 func (h *Handler) user(r *http.Request) (*users.User, error) {
 	name := r.URL.Query().Get("username")
 	if name == "" {
@@ -79,7 +79,7 @@ func (h *Handler) user(r *http.Request) (*users.User, error) {
 }
 
 // writeError answers with envd's REST error body {"code":<status>,"message":"…"}
-// and Content-Type application/json; charset=utf-8 (E2B wire §3.4).
+// and Content-Type application/json; charset=utf-8 (docs/wire/envd.md).
 func writeError(w http.ResponseWriter, status int, msg string) {
 	h := w.Header()
 	h.Del("Content-Disposition")

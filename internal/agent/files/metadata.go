@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// Metadata limits of E2B wire §3.4.
+// Metadata limits of docs/wire/envd.md.
 const (
 	metadataHeaderPrefix = "X-Metadata-"
 	maxMetadataKey       = 246  // bytes: "user.e2b." + key fits the 255-byte xattr name limit
@@ -14,7 +14,7 @@ const (
 )
 
 // parseMetadata collects the X-Metadata-<Key> headers of an upload into a map of
-// lowercased keys (E2B wire §3.4). Keys and values must be printable ASCII
+// lowercased keys (docs/wire/envd.md). Keys and values must be printable ASCII
 // (0x20–0x7E), keys non-empty and at most 246 bytes, and the keys and values
 // together at most 4096 bytes; otherwise the error describes the violation (400).
 // A repeated header keeps its first value. No headers → an empty map.

@@ -18,7 +18,7 @@ import (
 // errBadRequest marks a malformed upload request (400).
 var errBadRequest = errors.New("bad request")
 
-// uploaded is one element of the upload response array (E2B wire §3.4); absent
+// uploaded is one element of the upload response array (docs/wire/envd.md); absent
 // metadata is omitted rather than null.
 type uploaded struct {
 	Name     string            `json:"name"`
@@ -27,7 +27,7 @@ type uploaded struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
-// upload serves POST /files (E2B wire §3.4): a multipart/form-data body (parts
+// upload serves POST /files (docs/wire/envd.md): a multipart/form-data body (parts
 // named "file", each written to the `path` query or else to its filename) or an
 // application/octet-stream body written to the `path` query, optionally with
 // Content-Encoding: gzip. X-Metadata-* headers become the files' metadata. 200

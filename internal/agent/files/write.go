@@ -60,7 +60,7 @@ func realDestination(dest string) (string, fs.FileMode, bool, error) {
 	return real, 0o644, false, nil
 }
 
-// writeFile stores src at dest for u (E2B wire §3.4 write semantics): parents are
+// writeFile stores src at dest for u (docs/wire/envd.md, write semantics): parents are
 // created and owned by u, the file gets mode 0644 (or the replaced file's mode),
 // owner u and exactly the user.e2b.* xattrs of md. The content lands in a
 // temporary file next to the destination that is renamed over it only once fully
@@ -125,7 +125,7 @@ func (h *Handler) finish(f *os.File, u *users.User, mode fs.FileMode, md map[str
 }
 
 // setMetadata stores md as user.e2b.* xattrs of the fresh file f. A filesystem
-// without user xattrs is logged and yields nil (E2B wire §3.4: envd carries on).
+// without user xattrs is logged and yields nil (docs/wire/envd.md: envd carries on).
 func (h *Handler) setMetadata(f *os.File, md map[string]string) (map[string]string, error) {
 	for k, v := range md {
 		err := unix.Fsetxattr(int(f.Fd()), entry.MetadataPrefix+k, []byte(v), 0)

@@ -16,7 +16,7 @@ import (
 	pb "github.com/cubby-dev/cubby/internal/envdpb/filesystem"
 )
 
-// Stat describes one path with lstat semantics (E2B wire §3.3 Stat): the entry's
+// Stat describes one path with lstat semantics (docs/wire/envd.md, Stat): the entry's
 // path is the resolved absolute path. Missing (or below a file) → not_found.
 func (s *Service) Stat(ctx context.Context, req *connect.Request[pb.StatRequest]) (*connect.Response[pb.StatResponse], error) {
 	_, p, err := s.resolve(req.Header(), req.Msg.GetPath())
@@ -35,7 +35,7 @@ func (s *Service) Stat(ctx context.Context, req *connect.Request[pb.StatRequest]
 
 // MakeDir creates a directory and its missing parents (mode 0755, owned by the
 // user). An existing directory → already_exists; an existing non-directory (or a
-// file among the parents) → invalid_argument (E2B wire §3.3 MakeDir).
+// file among the parents) → invalid_argument (docs/wire/envd.md, MakeDir).
 func (s *Service) MakeDir(ctx context.Context, req *connect.Request[pb.MakeDirRequest]) (*connect.Response[pb.MakeDirResponse], error) {
 	u, p, err := s.resolve(req.Header(), req.Msg.GetPath())
 	if err != nil {
@@ -64,7 +64,7 @@ func (s *Service) MakeDir(ctx context.Context, req *connect.Request[pb.MakeDirRe
 
 // Move renames source to destination, creating the destination's missing parent
 // directories for the user. The entry describes the destination. Missing source →
-// not_found (E2B wire §3.3 Move). Moves across filesystems fail (EXDEV → internal).
+// not_found (docs/wire/envd.md, Move). Moves across filesystems fail (EXDEV → internal).
 func (s *Service) Move(ctx context.Context, req *connect.Request[pb.MoveRequest]) (*connect.Response[pb.MoveResponse], error) {
 	u, src, err := s.resolve(req.Header(), req.Msg.GetSource())
 	if err != nil {
@@ -88,7 +88,7 @@ func (s *Service) Move(ctx context.Context, req *connect.Request[pb.MoveRequest]
 }
 
 // Remove deletes a path recursively (`rm -rf`); a missing path (or one below a
-// file) is not an error (E2B wire §3.3 Remove).
+// file) is not an error (docs/wire/envd.md, Remove).
 func (s *Service) Remove(ctx context.Context, req *connect.Request[pb.RemoveRequest]) (*connect.Response[pb.RemoveResponse], error) {
 	_, p, err := s.resolve(req.Header(), req.Msg.GetPath())
 	if err != nil {
@@ -104,7 +104,7 @@ func (s *Service) Remove(ctx context.Context, req *connect.Request[pb.RemoveRequ
 // filepath.WalkDir order, excluding the directory itself. Entry paths are the
 // requested (resolved) path joined with the relative path, even when the requested
 // path is a symlink to a directory. Entries vanishing mid-walk are skipped.
-// Missing → not_found; not a directory → invalid_argument (E2B wire §3.3 ListDir).
+// Missing → not_found; not a directory → invalid_argument (docs/wire/envd.md, ListDir).
 func (s *Service) ListDir(ctx context.Context, req *connect.Request[pb.ListDirRequest]) (*connect.Response[pb.ListDirResponse], error) {
 	_, p, err := s.resolve(req.Header(), req.Msg.GetPath())
 	if err != nil {

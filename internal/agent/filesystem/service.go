@@ -1,5 +1,5 @@
 // Package filesystem implements envd's filesystem.Filesystem Connect service inside a
-// sandbox (docs/e2b-compatibility.md): Stat, MakeDir, Move, ListDir,
+// sandbox (docs/wire/envd.md): Stat, MakeDir, Move, ListDir,
 // Remove, the WatchDir stream and the polling watchers of the Python sync SDK.
 //
 // The agent runs as root; a request acts for the sandbox user named by its
@@ -84,7 +84,7 @@ func (s *Service) resolve(h http.Header, p string) (*users.User, string, error) 
 
 // fsError turns a filesystem error on path into a Connect error: missing →
 // not_found, exists → already_exists, a non-directory component → invalid_argument,
-// permission → permission_denied, anything else → internal (E2B wire §3.5).
+// permission → permission_denied, anything else → internal (docs/wire/envd.md).
 func fsError(op, path string, err error) error {
 	var code connect.Code
 	switch {

@@ -20,7 +20,7 @@ import (
 )
 
 // DefaultKeepalive is the keepalive period of a WatchDir stream when the request
-// has no Keepalive-Ping-Interval header (E2B wire §3.1: envd's default, 90 s).
+// has no Keepalive-Ping-Interval header (docs/wire/envd.md: envd's default, 90 s).
 const DefaultKeepalive = 90 * time.Second
 
 // maxBufferedEvents bounds a polling watcher's buffer between two
@@ -40,7 +40,7 @@ var networkFS = map[int64]string{
 	unix.NCP_SUPER_MAGIC:  "ncp",
 }
 
-// WatchDir streams the changes under a directory (E2B wire §3.3 WatchDir): an
+// WatchDir streams the changes under a directory (docs/wire/envd.md, WatchDir): an
 // empty start event as soon as the watch is established, then one filesystem
 // event per fsnotify op, and a keepalive after Keepalive-Ping-Interval seconds
 // (header; default 90 s) without events. It ends when the client goes away,

@@ -24,7 +24,7 @@ type watchOptions struct {
 }
 
 // opOrder lists the fsnotify ops in the order their events are emitted when one
-// OS event carries several (E2B wire §3.3 WatchDir: one message per op).
+// OS event carries several (docs/wire/envd.md, WatchDir: one message per op).
 var opOrder = []struct {
 	op fsnotify.Op
 	ev pb.EventType

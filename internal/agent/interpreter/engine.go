@@ -92,7 +92,7 @@ func oomDetail(err error) string {
 	return jupyter.ErrOutOfMemory.Error()
 }
 
-// forward maps one kernel message to stream lines (E2B wire §4.5 "Execution").
+// forward maps one kernel message to stream lines (docs/wire/code-interpreter.md, "Execution").
 func forward(m *jupyter.Message, out *stream) {
 	switch m.Type() {
 	case "execute_input":

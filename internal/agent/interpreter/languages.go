@@ -18,7 +18,7 @@ import (
 // ErrUnknownLanguage is wrapped by errors for a language with no kernel here.
 var ErrUnknownLanguage = errors.New("unsupported language")
 
-// Normalised language names (E2B wire §4.1: case-insensitive and trimmed, "js" →
+// Normalised language names (docs/wire/code-interpreter.md: case-insensitive and trimmed, "js" →
 // javascript, "ts" → typescript, "" → python). JavaScript and TypeScript run on
 // Node.js, as on E2B; Deno is a language of its own.
 const (

@@ -1,5 +1,5 @@
 // Package interpreter is the E2B-compatible code-interpreter service (port
-// 49999; docs/e2b-compatibility.md): code contexts backed by Jupyter kernels (Python, Node.js
+// 49999; docs/wire/code-interpreter.md): code contexts backed by Jupyter kernels (Python, Node.js
 // for JavaScript/TypeScript, Java, R, Deno, any installed kernelspec) or a
 // native persistent bash, the POST /execute NDJSON stream and the /contexts API.
 // As on E2B, the default contexts exist before the /contexts API answers and
@@ -85,7 +85,7 @@ type Config struct {
 	// Python fork server's zygote.log ("" = discard).
 	KernelLogDir string
 	// NoZygote turns the Python fork server off: every Python kernel then
-	// starts cold (~0.6 s instead of ~0.1 s, shared/research/kernels.md §6).
+	// starts cold (~0.6 s instead of ~0.1 s, BenchmarkContextStartColdVsZygote).
 	// With it on, the server starts with the first Python context (normally
 	// the default one, in StartDefaults) and new contexts and restarts fork
 	// from it; when it is unavailable kernels start cold.

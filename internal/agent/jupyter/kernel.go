@@ -2,7 +2,8 @@
 // ZeroMQ): it launches a kernel from its kernelspec in its own process group,
 // connects shell/control/iopub over a private ipc directory, signs and verifies
 // every message (HMAC-SHA256) and runs executions with interrupt, restart and
-// kernel-death handling. Facts: shared/research/kernels.md §3 and §5.
+// kernel-death handling. The kernels' behaviour it relies on:
+// docs/wire/code-interpreter.md.
 package jupyter
 
 import (

@@ -9,8 +9,8 @@ import (
 )
 
 // Launcher starts kernel processes for a Kernel in place of exec'ing the
-// kernelspec argv, for example a Python fork server (shared/research/kernels.md
-// §6.3). Set it in Options.Launcher; a Kernel falls back to exec when Launch
+// kernelspec argv, for example a Python fork server (package
+// internal/agent/interpreter/zygote). Set it in Options.Launcher; a Kernel falls back to exec when Launch
 // fails or the launched kernel dies or fails its handshake before it is ready.
 type Launcher interface {
 	// Launch starts the kernel req describes and returns its process, which

@@ -19,7 +19,7 @@ import (
 	pb "github.com/cubby-dev/cubby/internal/envdpb/process"
 )
 
-// Read sizes of the output readers (E2B wire §3.3: ≤32 KiB pipes, ≤16 KiB PTY).
+// Read sizes of the output readers (docs/wire/envd.md: ≤32 KiB pipes, ≤16 KiB PTY).
 const (
 	pipeChunk = 32 << 10
 	ptyChunk  = 16 << 10
@@ -236,7 +236,7 @@ func dataEvent(kind outputKind, b []byte) *pb.ProcessEvent {
 	return &pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: d}}
 }
 
-// endEvent follows Go's ProcessState (E2B wire §3.3): exitCode -1 and exited
+// endEvent follows Go's ProcessState (docs/wire/envd.md): exitCode -1 and exited
 // false when killed by a signal, status "exit status N" / "signal: killed", error
 // set to the same text whenever the exit was not clean.
 func endEvent(ps *os.ProcessState, waitErr error) *pb.ProcessEvent {

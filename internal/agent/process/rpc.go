@@ -16,7 +16,7 @@ import (
 	pb "github.com/cubby-dev/cubby/internal/envdpb/process"
 )
 
-// Start runs a command (E2B wire §3.3 "Start") and streams start{pid}, its
+// Start runs a command (docs/wire/envd.md, "Start") and streams start{pid}, its
 // output, keepalives and exactly one end event. The request's deadline
 // (Connect-Timeout-Ms) kills the process group when it passes; cancelling the
 // request without the deadline passing only detaches this stream.
@@ -144,7 +144,7 @@ func (s *Service) stream(ctx context.Context, p *proc, sub *subscriber, interval
 }
 
 // Connect attaches to a running or recently finished process by pid or tag
-// (E2B wire §3.3 "Connect"): start{pid}, then live output, keepalives and the
+// (docs/wire/envd.md, "Connect"): start{pid}, then live output, keepalives and the
 // end event. Unknown → `not_found` "process with pid N not found".
 func (s *Service) Connect(ctx context.Context, req *connect.Request[pb.ConnectRequest], stream *connect.ServerStream[pb.ConnectResponse]) error {
 	p, err := s.lookup(req.Msg.GetProcess(), true)
@@ -159,7 +159,7 @@ func (s *Service) Connect(ctx context.Context, req *connect.Request[pb.ConnectRe
 }
 
 // List returns every running process with its config (cwd resolved), pid and
-// tag, ordered by pid (E2B wire §3.3 "List").
+// tag, ordered by pid (docs/wire/envd.md, "List").
 func (s *Service) List(_ context.Context, _ *connect.Request[pb.ListRequest]) (*connect.Response[pb.ListResponse], error) {
 	s.mu.Lock()
 	procs := slices.Collect(maps.Values(s.running))
@@ -254,8 +254,8 @@ func inputError(err error) error {
 	}
 }
 
-// SendSignal sends SIGKILL or SIGTERM to a running process's group (E2B wire
-// §3.3). Unknown → `not_found` (the SDK's kill() then returns false); any other
+// SendSignal sends SIGKILL or SIGTERM to a running process's group
+// (docs/wire/envd.md). Unknown → `not_found` (the SDK's kill() then returns false); any other
 // signal → `invalid_argument`.
 func (s *Service) SendSignal(_ context.Context, req *connect.Request[pb.SendSignalRequest]) (*connect.Response[pb.SendSignalResponse], error) {
 	p, err := s.lookup(req.Msg.GetProcess(), false)

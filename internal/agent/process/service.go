@@ -1,5 +1,5 @@
-// Package process implements envd's Process service inside a sandbox (E2B wire
-// §3.2–§3.3): it starts commands (with pipes or a PTY) as the requesting user,
+// Package process implements envd's Process service inside a sandbox
+// (docs/wire/envd.md): it starts commands (with pipes or a PTY) as the requesting user,
 // streams their output to any number of attached clients, and accepts input,
 // signals and PTY resizes addressed by pid or tag.
 //
@@ -29,7 +29,7 @@ import (
 	"github.com/cubby-dev/cubby/internal/envdpb/process/processconnect"
 )
 
-// Retention of finished processes for Connect (E2B wire §3.3 "Connect").
+// Retention of finished processes for Connect (docs/wire/envd.md, "Connect").
 const (
 	// FinishedKeep is how many finished processes are remembered.
 	FinishedKeep = 100
@@ -38,11 +38,11 @@ const (
 )
 
 // DefaultKeepalive is the keepalive interval of streams whose request carries
-// no valid Keepalive-Ping-Interval header (E2B wire §3.1).
+// no valid Keepalive-Ping-Interval header (docs/wire/envd.md).
 const DefaultKeepalive = 90 * time.Second
 
 // KeepaliveHeader names the request header giving the stream keepalive interval
-// in whole seconds (E2B wire §3.1).
+// in whole seconds (docs/wire/envd.md).
 const KeepaliveHeader = "Keepalive-Ping-Interval"
 
 var _ processconnect.ProcessHandler = (*Service)(nil)

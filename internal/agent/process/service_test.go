@@ -57,7 +57,7 @@ func newHarness(t *testing.T, envVars map[string]string) *harness {
 		svc.Close()
 		srv.Close()
 	})
-	noGzip := connect.WithAcceptCompression("gzip", nil, nil) // like the SDKs (E2B wire §3.1)
+	noGzip := connect.WithAcceptCompression("gzip", nil, nil) // like the SDKs (docs/wire/envd.md)
 	return &harness{
 		svc:     svc,
 		json:    processconnect.NewProcessClient(srv.Client(), srv.URL, connect.WithProtoJSON(), noGzip),
@@ -600,7 +600,7 @@ func TestCloseKillsProcesses(t *testing.T) {
 }
 
 // TestRawJSONWire speaks the Connect streaming protocol by hand with the body
-// the JS SDK sends (E2B wire §3.1) and checks envelopes and JSON field names.
+// the JS SDK sends (docs/wire/envd.md) and checks envelopes and JSON field names.
 func TestRawJSONWire(t *testing.T) {
 	h := newHarness(t, nil)
 	body := []byte(`{"process":{"cmd":"/bin/bash","args":["-c","echo hello; exit 2"],"envs":{"X":"1"}},"stdin":false}`)

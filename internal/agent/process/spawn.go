@@ -37,7 +37,7 @@ type spawnSpec struct {
 }
 
 // buildEnv layers PATH/HOME/USER/LOGNAME of u, then the sandbox-level
-// variables, then the request's (E2B wire §3.3). Later layers override earlier
+// variables, then the request's (docs/wire/envd.md). Later layers override earlier
 // ones; the order is deterministic (base keys, then each layer's keys sorted).
 func buildEnv(u *users.User, sandbox, request map[string]string) []string {
 	var keys []string

@@ -1,5 +1,5 @@
 // Package users resolves the sandbox user a request runs as and the paths it names,
-// following envd's rules (docs/e2b-compatibility.md): the user comes from the
+// following envd's rules (docs/wire/envd.md): the user comes from the
 // `Authorization: Basic base64("<user>:")` header (or the `username` query of /files),
 // else the sandbox default; relative paths resolve against that user's home.
 package users

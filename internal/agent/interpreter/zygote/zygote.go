@@ -1,9 +1,10 @@
 // Package zygote runs a Python fork server for ipykernel inside the sandbox:
 // one Python process imports ipykernel, IPython, the Cubby display extension and
 // optionally the data stack once, then forks a kernel per request, cutting a
-// Python context's start from ~0.6 s to ~0.1 s (shared/research/kernels.md §6,
-// GitHub issue 6 item 2). A Server implements jupyter.Launcher; forked kernels
-// speak the Jupyter messaging protocol exactly like cold ones.
+// Python context's start from ~0.6 s to ~0.1 s (BenchmarkContextStartColdVsZygote
+// in internal/agent/interpreter/bench_test.go; docs/wire/code-interpreter.md).
+// A Server implements jupyter.Launcher; forked kernels speak the Jupyter
+// messaging protocol exactly like cold ones.
 package zygote
 
 import (

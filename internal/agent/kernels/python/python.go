@@ -2,8 +2,8 @@
 // cubby_display, and the IPython kernel configuration that loads it. The
 // extension makes Python kernels emit the rich results E2B's SDKs decode:
 // e2b/data for pandas DataFrames, e2b/chart for matplotlib figures, numpy-safe
-// application/json, plain tracebacks and displayed PIL images (E2B wire
-// §4.2–§4.5). Templates install these files into the system Python path; a
+// application/json, plain tracebacks and displayed PIL images
+// (docs/wire/code-interpreter.md). Templates install these files into the system Python path; a
 // kernel launcher can instead Install them into a directory on PYTHONPATH.
 package python
 

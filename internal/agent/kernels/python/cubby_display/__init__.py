@@ -5,8 +5,8 @@ Load it in a kernel with ``--IPKernelApp.extra_extensions=cubby_display``,
 config file, or ``%load_ext cubby_display``. It
 
 * adds the ``e2b/data`` display formatter (pandas DataFrame -> column lists,
-  E2B wire §4.3) and the ``e2b/chart`` formatter (matplotlib Figure -> chart
-  JSON, §4.4);
+  docs/wire/code-interpreter.md) and the ``e2b/chart`` formatter (matplotlib Figure -> chart
+  JSON);
 * replaces the ``application/json`` formatter with one that also formats lists
   and dicts, numpy-safe;
 * turns off colours in tracebacks (``InteractiveShell.colors = "NoColor"``);

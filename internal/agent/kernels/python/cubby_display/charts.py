@@ -1,4 +1,4 @@
-"""matplotlib Figure -> ``e2b/chart`` JSON (E2B wire §4.4).
+"""matplotlib Figure -> ``e2b/chart`` JSON (docs/wire/code-interpreter.md).
 
 The chart describes what a figure plots, not how it looks: the chart type,
 title, axis labels and units, ticks and scales, and per-type elements (points

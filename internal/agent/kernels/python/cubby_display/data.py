@@ -1,4 +1,4 @@
-"""pandas DataFrame -> ``e2b/data`` (E2B wire §4.3)."""
+"""pandas DataFrame -> ``e2b/data`` (docs/wire/code-interpreter.md)."""
 
 import warnings
 

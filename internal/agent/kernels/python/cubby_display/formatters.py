@@ -1,4 +1,4 @@
-"""IPython display formatters for the E2B MIME types (E2B wire §4.2-§4.4).
+"""IPython display formatters for the E2B MIME types (docs/wire/code-interpreter.md).
 
 The type tests run at call time through ``sys.modules``: pandas and
 matplotlib are never imported on the user's behalf, and IPython's inline

@@ -1,4 +1,4 @@
-"""PIL integration (E2B wire §4.2 "Expected results").
+"""PIL integration (docs/wire/code-interpreter.md, "Expected results").
 
 ``Image.show()`` displays the image in the notebook output instead of
 starting an external viewer, and ``Image.save(path)`` also displays the saved

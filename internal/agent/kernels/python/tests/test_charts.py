@@ -1,4 +1,4 @@
-"""e2b/chart for matplotlib figures shown with plt.show() (E2B wire §4.4)."""
+"""e2b/chart for matplotlib figures shown with plt.show() (docs/wire/code-interpreter.md)."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""e2b/data for pandas DataFrames (E2B wire §4.3)."""
+"""e2b/data for pandas DataFrames (docs/wire/code-interpreter.md)."""
 
 from conftest import strict_json
 

@@ -1,4 +1,4 @@
-"""application/json for lists and dicts, numpy-safe (E2B wire §4.2, §4.5)."""
+"""application/json for lists and dicts, numpy-safe (docs/wire/code-interpreter.md)."""
 
 import datetime
 import math

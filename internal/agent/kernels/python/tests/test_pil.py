@@ -1,4 +1,4 @@
-"""PIL Image.show() and Image.save(path) display the image (E2B wire §4.2)."""
+"""PIL Image.show() and Image.save(path) display the image (docs/wire/code-interpreter.md)."""
 
 import base64
 
