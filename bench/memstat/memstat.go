@@ -109,10 +109,10 @@ func Measure(cgroupsPath string) (Sandbox, error) {
 // presence of memory.current). Errors wrap fs.ErrNotExist for a missing cgroup.
 func ReadMemcg(dir string) (Memcg, error) {
 	v2 := true
-	usage, err := readUint(filepath.Join(dir, "memory.current"))
+	usage, err := cgroups.ReadValue(filepath.Join(dir, "memory.current"))
 	if errors.Is(err, fs.ErrNotExist) {
 		v2 = false
-		usage, err = readUint(filepath.Join(dir, "memory.usage_in_bytes"))
+		usage, err = cgroups.ReadValue(filepath.Join(dir, "memory.usage_in_bytes"))
 	}
 	if err != nil {
 		return Memcg{}, err
@@ -233,16 +233,4 @@ func ReadHost() (Host, error) {
 		return Host{}, err
 	}
 	return Host{Total: m.Total, Available: m.Available}, nil
-}
-
-func readUint(path string) (uint64, error) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return 0, fmt.Errorf("read %s: %w", filepath.Base(path), err)
-	}
-	v, err := strconv.ParseUint(strings.TrimSpace(string(raw)), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("parse %s: %w", path, err)
-	}
-	return v, nil
 }
