@@ -257,14 +257,10 @@ func (k *Kernel) replace(ctx context.Context, old *instance) error {
 // Options.ShutdownGrace or ctx, then kills its process group and removes its
 // runtime directory. An execution in flight returns ErrClosed. Idempotent.
 func (k *Kernel) Shutdown(ctx context.Context) error {
-	k.mu.Lock()
-	if k.closed {
-		k.mu.Unlock()
+	in, ok := k.markClosed()
+	if !ok {
 		return nil
 	}
-	k.closed = true
-	in := k.cur
-	k.mu.Unlock()
 	if in.alive() {
 		if err := in.send(in.control, "shutdown_request", map[string]any{"restart": false}); err == nil {
 			t := time.NewTimer(k.opts.ShutdownGrace)
@@ -276,28 +272,37 @@ func (k *Kernel) Shutdown(ctx context.Context) error {
 			t.Stop()
 		}
 	}
-	in.stop(ErrClosed)
-	k.execMu.Lock()
-	in.cleanup()
-	k.execMu.Unlock()
+	k.teardown(in)
 	return nil
 }
 
 // Close kills the kernel at once (no graceful shutdown). Idempotent.
 func (k *Kernel) Close() error {
+	if in, ok := k.markClosed(); ok {
+		k.teardown(in)
+	}
+	return nil
+}
+
+// markClosed marks k closed and returns its current instance; ok is false
+// when k already was closed.
+func (k *Kernel) markClosed() (in *instance, ok bool) {
 	k.mu.Lock()
+	defer k.mu.Unlock()
 	if k.closed {
-		k.mu.Unlock()
-		return nil
+		return nil, false
 	}
 	k.closed = true
-	in := k.cur
-	k.mu.Unlock()
+	return k.cur, true
+}
+
+// teardown kills in (an execution in flight returns ErrClosed) and, once no
+// execution holds it, removes its runtime directory.
+func (k *Kernel) teardown(in *instance) {
 	in.stop(ErrClosed)
 	k.execMu.Lock()
 	in.cleanup()
 	k.execMu.Unlock()
-	return nil
 }
 
 // instanceForExec returns a live instance, restarting a dead one; execMu held.
