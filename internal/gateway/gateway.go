@@ -10,6 +10,7 @@ package gateway
 import (
 	"context"
 	"crypto/subtle"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/agentapi"
@@ -202,6 +204,11 @@ func (g *Gateway) serveRoute(w http.ResponseWriter, r *http.Request, route Route
 
 	pt := &proxyTarget{id: route.SandboxID, addr: t.Addr, iface: t.HostIface, port: route.Port, stream: cs,
 		host: t.requestHost(r.Host, route.Port), https: route.Port != EnvdPort && slices.Contains(t.HTTPSPorts, route.Port)}
+	var body *eofReader
+	if r.Body != nil && r.Body != http.NoBody {
+		body = &eofReader{body: r.Body}
+		r.Body = body
+	}
 	out := r.WithContext(context.WithValue(ctx, proxyTargetKey{}, pt))
 	toAgent(out, route.Port, t)
 	// The upstream transport reads the client's body while the response is relayed
@@ -217,7 +224,49 @@ func (g *Gateway) serveRoute(w http.ResponseWriter, r *http.Request, route Route
 		// HTTP/1 connections are already reset; HTTP/2 streams get RST_STREAM.
 		panic(http.ErrAbortHandler)
 	}
+	if body != nil {
+		lingerBody(w, body)
+	}
 }
+
+// bodyLinger bounds how long lingerBody reads a body the sandbox did not.
+const bodyLinger = 10 * time.Second
+
+// lingerBody reads and discards, for up to bodyLinger, the rest of a request body
+// the sandbox answered before reading it all (507 for an upload larger than its
+// disk, say). An HTTP/1 server that closes a connection with unread data resets
+// it, and a client still sending its body then often gets the reset instead of
+// the answer already on its way.
+func lingerBody(w http.ResponseWriter, body *eofReader) {
+	if body.eof.Load() {
+		return
+	}
+	rc := http.NewResponseController(w)
+	if rc.Flush() != nil || rc.SetReadDeadline(time.Now().Add(bodyLinger)) != nil {
+		return
+	}
+	_, _ = io.Copy(io.Discard, body)
+}
+
+// eofReader is a request body that records whether it was read to its end.
+// Close does not close the body (the server does once the handler returns), so
+// lingerBody can still read what the upstream transport left.
+type eofReader struct {
+	body io.ReadCloser
+	eof  atomic.Bool
+}
+
+// Read implements io.Reader.
+func (e *eofReader) Read(p []byte) (int, error) {
+	n, err := e.body.Read(p)
+	if err == io.EOF {
+		e.eof.Store(true)
+	}
+	return n, err
+}
+
+// Close implements io.Closer; see eofReader.
+func (e *eofReader) Close() error { return nil }
 
 // lookup resolves a running sandbox with a routable ID.
 func (g *Gateway) lookup(id string) (Target, bool) {

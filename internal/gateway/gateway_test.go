@@ -456,3 +456,40 @@ func TestUpstreamBoundToHostIface(t *testing.T) {
 		t.Fatalf("bound to a missing link: %d %q, want 502 not found", code, body)
 	}
 }
+
+// TestEarlyAnswerReachesClient: a sandbox that answers an upload before reading
+// it (507 for a body larger than its disk) gets its answer to a client that
+// pauses (here 1 s, past net/http's 500 ms before it resets a connection with
+// unread data) while still sending: the gateway reads the rest instead of
+// resetting the connection.
+func TestEarlyAnswerReachesClient(t *testing.T) {
+	e := newEnv(t)
+	id := randomID()
+	sbx := startSandbox(t, 0, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Connection", "close")
+		http.Error(w, "not enough disk space available", http.StatusInsufficientStorage)
+	}))
+	e.cp.set(Target{ID: id, Addr: sbx.addr, Running: true})
+	c, err := net.Dial("tcp", e.srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(waitLimit))
+	const size = 64 << 20
+	fmt.Fprintf(c, "POST /files?path=/big HTTP/1.1\r\nHost: gw\r\n%s: %s\r\n%s: %d\r\nContent-Length: %d\r\n\r\n",
+		HeaderSandboxID, id, HeaderSandboxPort, sbx.port, size)
+	chunk := make([]byte, 1<<20)
+	for sent := 0; sent < size; sent += len(chunk) {
+		if sent == 4<<20 {
+			time.Sleep(time.Second)
+		}
+		if _, err := c.Write(chunk); err != nil {
+			t.Fatalf("write after %d MiB: %v", sent>>20, err)
+		}
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || resp.StatusCode != http.StatusInsufficientStorage {
+		t.Fatalf("answer: %v %v", resp, err)
+	}
+}
