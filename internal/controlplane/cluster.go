@@ -23,6 +23,17 @@ type sharedBackend interface {
 	SetDeadline(ctx context.Context, id string, deadline time.Time) error
 }
 
+// rekeyer is implemented by a backend whose sandboxes may run agents an
+// older release initialised with the clients' access token itself (the
+// kubernetes backend: Pods of the previous release's replicas during a
+// rolling upgrade). Rekey gives such an agent its link credential once,
+// authenticated with accessToken (the sandbox record's), and does nothing
+// (false, nil) for a sandbox whose agent already has it, without sending
+// accessToken.
+type rekeyer interface {
+	Rekey(ctx context.Context, id, accessToken string) (bool, error)
+}
+
 // tokenStats is implemented by backends that sample a sandbox through its
 // agent, which wants the sandbox's access token ("" for unsecured ones).
 type tokenStats interface {

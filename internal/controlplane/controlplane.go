@@ -343,6 +343,7 @@ func (s *Service) recover(ctx context.Context) error {
 			continue // being created here
 		}
 		adopted++
+		s.rekey(ctx, r, in)
 		if !in.Paused && !time.Now().Before(r.EndAt) {
 			due = append(due, sb) // the timer fires at once too; expire is idempotent
 		}
@@ -355,6 +356,19 @@ func (s *Service) recover(ctx context.Context) error {
 	}
 	s.log.Debug("reconciled sandboxes with the backend", "adopted", adopted, "lost", lost)
 	return nil
+}
+
+// rekey re-keys the agent of running sandbox r when the backend says an
+// older release initialised it with the clients' token (rekeyer); a failure
+// is logged and tried again at the next reconcile.
+func (s *Service) rekey(ctx context.Context, r store.Sandbox, in backend.Instance) {
+	rk, ok := s.backend.(rekeyer)
+	if !ok || in.Paused {
+		return
+	}
+	if _, err := rk.Rekey(ctx, r.ID, r.AccessToken); err != nil && ctx.Err() == nil {
+		s.log.Warn("re-key the agent of a sandbox an older release started", "sandbox", r.ID, "err", err)
+	}
 }
 
 // markLost records r killed because the backend does not run it and returns

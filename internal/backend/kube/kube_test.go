@@ -108,7 +108,7 @@ func checkSpec(t *testing.T, pod *corev1.Pod) {
 			t.Errorf("label %s = %q, want %q", k, pod.Labels[k], want)
 		}
 	}
-	if pod.Annotations[AnnMetadata] != `{"owner":"me"}` || pod.Annotations[AnnDeadline] == "" {
+	if pod.Annotations[AnnMetadata] != `{"owner":"me"}` || pod.Annotations[AnnDeadline] == "" || !linked(pod) {
 		t.Errorf("annotations = %v", pod.Annotations)
 	}
 	switch {

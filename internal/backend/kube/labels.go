@@ -45,6 +45,12 @@ const (
 	AnnClaimedAt = "cubby.dev/claimed-at"
 	// AnnReplica is the replica that claimed or created the Pod.
 	AnnReplica = "cubby.dev/replica"
+	// AnnLink is "true" on a sandbox Pod whose agent holds its link
+	// credential (agentapi.LinkToken), set by a cold create and a claim with
+	// the claim's metadata, before the agent's /init, and by Rekey. A claimed
+	// Pod without it was initialised by a replica of an older release, with
+	// the clients' access token itself (docs/kubernetes.md, upgrades).
+	AnnLink = "cubby.dev/link"
 )
 
 // Values of LabelState and LabelManagedBy, and the Pod name prefix.

@@ -44,7 +44,8 @@ func (b *Backend) podFor(req backend.CreateRequest, state string) (*corev1.Pod, 
 }
 
 // claimMeta writes what a claim (or a cold create) records on a sandbox Pod:
-// state, team, internet access, deadline, metadata, replica and time.
+// state, team, internet access, deadline, metadata, replica, time and the
+// mark that its agent gets the link credential (AnnLink).
 func claimMeta(m *metav1.ObjectMeta, req backend.CreateRequest, identity string) error {
 	meta, err := json.Marshal(req.Metadata)
 	if err != nil {
@@ -62,6 +63,7 @@ func claimMeta(m *metav1.ObjectMeta, req backend.CreateRequest, identity string)
 	m.Annotations[AnnMetadata] = string(meta)
 	m.Annotations[AnnReplica] = identity
 	m.Annotations[AnnClaimedAt] = time.Now().UTC().Format(time.RFC3339Nano)
+	m.Annotations[AnnLink] = "true"
 	return nil
 }
 
