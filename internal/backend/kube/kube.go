@@ -14,7 +14,9 @@
 // with the reason). NetworkPolicies admit traffic to sandbox Pods only from the
 // replicas and let those with internet access reach public addresses only
 // (policy.go). Warm pools are labelled Pods claimed by a resourceVersion-
-// preconditioned update (pool.go).
+// preconditioned update (pool.go). Pods this release initialises carry
+// AnnLink; Rekey gives the agents of Pods an older release initialised with
+// the clients' token their link credential (rekey.go, docs/kubernetes.md).
 //
 // Kubernetes cannot pause a process tree in memory: Pause and Resume answer
 // backend.ErrNotSupported and CanPause is false (docs/kubernetes.md).
