@@ -213,7 +213,7 @@ func (s *Service) goneShared(ctx context.Context, id, why string) {
 // Lead runs the duties of the one leading replica until ctx ends: it arms the
 // TTL of every sandbox (expiring those past their deadline), refills the warm
 // pool (WarmPool.Run) and reconciles the store with the backend every
-// syncInterval. It is for shared backends (the leader is elected by the
+// syncInterval (which re-keys agents an older release initialised: rekey). It is for shared backends (the leader is elected by the
 // caller, e.g. on a Kubernetes Lease); on one server Start does all of this.
 func (s *Service) Lead(ctx context.Context) {
 	s.setLeading(true)

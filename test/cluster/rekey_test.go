@@ -124,4 +124,3 @@ func (f *fleet) viaGateway(r *testkube.Replica, id, token string) int {
 	_ = resp.Body.Close()
 	return resp.StatusCode
 }
-
