@@ -211,10 +211,6 @@ type standIn struct {
 
 func (s *standIn) serve(t *testing.T, addr netip.Addr) {
 	t.Helper()
-	ln, err := net.Listen("tcp", netip.AddrPortFrom(addr, agentapi.EnvdPort).String())
-	if err != nil {
-		t.Fatal(err)
-	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
@@ -224,7 +220,17 @@ func (s *standIn) serve(t *testing.T, addr netip.Addr) {
 		s.mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 	})
-	srv := &http.Server{Handler: mux}
+	serveAgent(t, addr, mux)
+}
+
+// serveAgent serves h on the agent's port of addr until t ends.
+func serveAgent(t *testing.T, addr netip.Addr, h http.Handler) {
+	t.Helper()
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(addr, agentapi.EnvdPort).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 }

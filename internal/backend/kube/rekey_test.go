@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -28,10 +27,6 @@ type securedAgent struct {
 
 func (a *securedAgent) serve(t *testing.T, addr netip.Addr) {
 	t.Helper()
-	ln, err := net.Listen("tcp", netip.AddrPortFrom(addr, agentapi.EnvdPort).String())
-	if err != nil {
-		t.Fatal(err)
-	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	mux.HandleFunc("POST /init", func(w http.ResponseWriter, r *http.Request) {
@@ -53,9 +48,7 @@ func (a *securedAgent) serve(t *testing.T, addr netip.Addr) {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
-	srv := &http.Server{Handler: mux}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
+	serveAgent(t, addr, mux)
 }
 
 func (a *securedAgent) state() (string, []string) {
