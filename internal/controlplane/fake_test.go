@@ -417,6 +417,9 @@ type harness struct {
 	resolver TemplateResolver
 	tstore   TemplateStore
 	builds   TemplateBuilds
+	// wrap, when set before start, is the backend the Service gets in place
+	// of fake (a wrapper adding an optional interface).
+	wrap func(*fakeBackend) backend.Backend
 }
 
 func newHarness(t testing.TB, cfg Config) *harness {
@@ -446,8 +449,12 @@ func (h *harness) start() {
 	if h.resolver != nil {
 		resolver = h.resolver
 	}
+	var be backend.Backend = h.fake
+	if h.wrap != nil {
+		be = h.wrap(h.fake)
+	}
 	svc, err := New(h.cfg, Deps{
-		Store: h.store, Backend: h.fake, Templates: resolver,
+		Store: h.store, Backend: be, Templates: resolver,
 		OnKill:        func(id string) { killed <- id },
 		Metrics:       h.metrics,
 		Sealer:        testSealer(h.t),

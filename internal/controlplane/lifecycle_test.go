@@ -3,7 +3,9 @@ package controlplane
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -295,5 +297,41 @@ func TestKillOutlivesCancelledRequest(t *testing.T) {
 	}
 	if _, alive := h.fake.instances[id]; alive {
 		t.Fatal("sandbox still in the backend after the kill")
+	}
+}
+
+// rekeyingBackend is the fake backend with the rekeyer interface: it records
+// the sandboxes and tokens it was asked to re-key.
+type rekeyingBackend struct {
+	*fakeBackend
+	mu    sync.Mutex
+	calls map[string]string
+}
+
+func (r *rekeyingBackend) Rekey(_ context.Context, id, accessToken string) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls[id] = accessToken
+	return true, nil
+}
+
+// TestRecoverRekeys: a backend that re-keys agents an older release
+// initialised is asked to, at recovery, for every running sandbox with the
+// record's access token; paused sandboxes are left to their resume.
+func TestRecoverRekeys(t *testing.T) {
+	h := newHarness(t, Config{})
+	a := h.create(map[string]any{"timeout": 600, "secure": true})
+	b := h.create(map[string]any{"timeout": 600, "secure": true})
+	paused := h.create(map[string]any{"timeout": 600, "secure": true})
+	h.pause(paused, nil)
+	h.stop()
+	rb := &rekeyingBackend{calls: map[string]string{}}
+	h.wrap = func(f *fakeBackend) backend.Backend { rb.fakeBackend = f; return rb }
+	h.start()
+	rb.mu.Lock()
+	defer rb.mu.Unlock()
+	want := map[string]string{a: h.record(a).AccessToken, b: h.record(b).AccessToken}
+	if want[a] == "" || want[a] == want[b] || !maps.Equal(rb.calls, want) {
+		t.Fatalf("re-keyed %v, want %v", rb.calls, want)
 	}
 }
