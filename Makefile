@@ -53,7 +53,7 @@ test-unit:
 
 ## baseline: the cubby of the release before agents took a link credential instead of the clients' tokens (commit
 ## BASELINE), built once from this repository's history; the upgrade test starts its sandboxes with it
-BASELINE     ?= 35c3766
+BASELINE     ?= 93b342d
 BASELINE_BIN := $(CURDIR)/.cache/baseline/$(BASELINE)/cubby
 baseline:
 	scripts/build-baseline.sh $(BASELINE) $(BASELINE_BIN)

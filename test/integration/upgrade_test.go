@@ -56,12 +56,21 @@ func TestUpgradeRekeysAgents(t *testing.T) {
 
 func testUpgrade(t *testing.T, oldBin, rt string, cases []upgradeCase) {
 	newBin := os.Getenv("CUBBY_BIN")
-	bin := filepath.Join(t.TempDir(), "cubby")
+	dir := t.TempDir()
+	// The agent runs this binary inside user namespaces: its directories must
+	// be searchable by the sandboxes' unprivileged host ids.
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(dir, "cubby")
 	copyExecutable(t, oldBin, bin)
 	t.Setenv("CUBBY_BIN", bin)
-	// runc comes from PATH: the previous release cannot start on an empty
-	// data dir with the pinned runc (its `runc list` of a missing root fails).
-	ts := testserver.Start(t, testserver.Options{BridgePrefix: "cbup", Args: []string{"--runtime", rt, "--runsc", runscBinary(t)}})
+	// Both releases run the pinned runc (the copy of the binary has none next
+	// to it, and the distribution's cannot idmap mounts for user namespaces).
+	ts := testserver.Start(t, testserver.Options{BridgePrefix: "cbup", Args: []string{"--runtime", rt,
+		"--runc", repoBinary(t, "runc", "CUBBY_RUNC"), "--runsc", runscBinary(t)}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	sbxs := make([]*sdk.Sandbox, len(cases))
