@@ -108,6 +108,9 @@ type Deps struct {
 	// its routes answer 503.
 	TemplateStore TemplateStore
 	Builds        TemplateBuilds
+	// KeepSnapshots, when set, lists backend snapshots the store does not
+	// record that the start-up prune must keep (templates' ready snapshots).
+	KeepSnapshots func(ctx context.Context) ([]string, error)
 	// PruneTemplates, when set, is called after a template was deleted to
 	// remove what no template and no sandbox uses any more; it must not block.
 	PruneTemplates func()
@@ -167,6 +170,7 @@ type Service struct {
 	tstore         TemplateStore
 	builds         TemplateBuilds
 	pruneTemplates func()
+	keepSnapshots  func(ctx context.Context) ([]string, error)
 	uploadKey      []byte   // signs upload URLs (random per process)
 	idem           inflight // creates with an Idempotency-Key under way
 }
@@ -203,7 +207,8 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		live: map[string]*sandbox{}, bg: bg, cancel: cancel, lastTouch: map[string]time.Time{},
 		admit: admission.New(cfg.Admission), sealer: deps.Sealer,
 		tstore: deps.TemplateStore, builds: deps.Builds, pruneTemplates: deps.PruneTemplates, uploadKey: key,
-		pool: deps.Pool, shared: shared, health: deps.Health,
+		keepSnapshots: deps.KeepSnapshots,
+		pool:          deps.Pool, shared: shared, health: deps.Health,
 		leading: shared == nil, creating: map[string]struct{}{},
 	}, nil
 }

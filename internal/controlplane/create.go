@@ -268,7 +268,7 @@ func templateNotFound(name string) string {
 // backend's recovery sweeps it as unknown.
 func (s *Service) startInstance(ctx context.Context, rec *store.Sandbox, ref TemplateRef, sp createSpec) (backend.Instance, error) {
 	req := s.createRequest(*rec, ref, sp)
-	if s.pool != nil && req.Snapshot == "" && len(req.Volumes) == 0 {
+	if s.pool != nil && sp.snapshot == "" && len(req.Volumes) == 0 {
 		if in, ok := s.pool.Claim(ctx, req); ok {
 			rec.ID = in.SandboxID
 			s.setCreating(rec.ID, true)
@@ -308,10 +308,19 @@ func (s *Service) PoolRequest(ctx context.Context, template string) (backend.Cre
 	if err != nil {
 		return backend.CreateRequest{}, fmt.Errorf("resolve template %q: %w", template, err)
 	}
-	sp := createSpec{template: template}
+	return s.SandboxRequest(ref), nil
+}
+
+// SandboxRequest is the create request a sandbox of ref boots with by
+// default (the server's boot options, CPU, memory, disk, CA bundle and
+// sandbox environment, internet access) without credentials: what warm
+// sandboxes boot with, and the template build's finalize sandbox whose ready
+// state it snapshots (template.ReadySnapshots). SandboxID is a fresh one.
+func (s *Service) SandboxRequest(ref TemplateRef) backend.CreateRequest {
+	sp := createSpec{template: ref.ID}
 	req := s.createRequest(s.newRecord(sp, ref), ref, sp)
 	req.Init.AccessToken, req.Init.TrafficAccessToken = "", "" // a claim sends the sandbox's own; its env vars keep the template's
-	return req, nil
+	return req
 }
 
 // storeUnavailable answers a failed insert of a new record (random IDs do not
@@ -380,7 +389,38 @@ func (s *Service) createRequest(rec store.Sandbox, ref TemplateRef, sp createSpe
 	if ref.StartCmd != "" || ref.ReadyCmd != "" {
 		req.Start = &backend.StartCommand{Cmd: cmp.Or(ref.StartCmd, "true"), ReadyCmd: ref.ReadyCmd}
 	}
+	if req.Snapshot == "" && ref.StartCmd != "" {
+		if why := s.readySnapshotUnusable(ref, req); why != "" {
+			s.log.Info("sandbox runs its template's start command at create", "sandbox", rec.ID, "template", ref.ID, "why", why)
+		} else {
+			req.Snapshot = ref.Snapshot
+			s.log.Info("sandbox restores its template's memory snapshot, start command running", "sandbox", rec.ID, "template", ref.ID, "snapshot", ref.Snapshot)
+		}
+	}
 	return req
+}
+
+// runtimeNamer is a backend that says which runtime a request naming none gets.
+type runtimeNamer interface{ DefaultRuntime() string }
+
+// readySnapshotUnusable says why a sandbox created with req cannot restore
+// ref's ready snapshot (the start command then runs at create), "" when it
+// can: the snapshot holds the memory of a sandbox without volumes under
+// ref.SnapshotRuntime.
+func (s *Service) readySnapshotUnusable(ref TemplateRef, req backend.CreateRequest) string {
+	rt := req.Runtime
+	if n, ok := s.backend.(runtimeNamer); ok && rt == "" {
+		rt = n.DefaultRuntime()
+	}
+	switch {
+	case ref.Snapshot == "":
+		return "the template has no memory snapshot (its runtime cannot checkpoint, or it was built before)"
+	case rt != ref.SnapshotRuntime:
+		return fmt.Sprintf("the template's memory snapshot was taken under %s, this sandbox runs under %q", ref.SnapshotRuntime, rt)
+	case len(req.Volumes) > 0:
+		return "the template's memory snapshot was taken without volumes"
+	}
+	return ""
 }
 
 // sandboxEnv layers a sandbox's environment: the template's variables, the

@@ -170,6 +170,13 @@ func (s *Service) pruneSnapshots(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if s.keepSnapshots != nil {
+		keep, err := s.keepSnapshots(ctx)
+		if err != nil {
+			return fmt.Errorf("snapshots to keep: %w", err)
+		}
+		ids = append(ids, keep...)
+	}
 	return s.backend.PruneSnapshots(ctx, ids)
 }
 

@@ -34,6 +34,12 @@ type TemplateRef struct {
 	// every team use a team's template.
 	Team   string
 	Public bool
+	// Snapshot is the backend snapshot of the template's ready start command
+	// (a gVisor memory snapshot taken at build end; template.ReadySnapshots)
+	// and SnapshotRuntime the runtime that took it: a create under that
+	// runtime without volumes restores it instead of running StartCmd.
+	// "" = none.
+	Snapshot, SnapshotRuntime string
 }
 
 // visibleTo reports whether team may create sandboxes of the template.
@@ -76,7 +82,7 @@ func (t BuiltTemplates) Resolve(_ context.Context, idOrAlias string) (TemplateRe
 	}
 	return TemplateRef{ID: info.ID, Alias: info.Name, RootfsDir: info.RootfsDir, Runtime: info.Runtime,
 		User: info.User, Workdir: info.Workdir, Env: info.Env, StartCmd: info.StartCmd, ReadyCmd: info.ReadyCmd,
-		Team: info.Team, Public: info.Public}, nil
+		Team: info.Team, Public: info.Public, Snapshot: info.Snapshot, SnapshotRuntime: info.SnapshotRuntime}, nil
 }
 
 // Templates implements TemplateCatalog: every built template, sorted by name.

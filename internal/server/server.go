@@ -479,7 +479,8 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--outbound-ca: %w", err)
 	}
-	builder, err := newBuilder(cfg, a.templates, b, ob, log)
+	ready := &readySnapshots{Backend: b}
+	builder, err := newBuilder(cfg, a.templates, b, ready, ob, log)
 	if err != nil {
 		return nil, err
 	}
@@ -492,10 +493,12 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 	cp, err := a.startControl(ctx, cfg, controlDeps{secrets: secrets, outbound: ob, deps: controlplane.Deps{
 		Store: st, Backend: b, Templates: controlplane.BuiltTemplates{Source: a.templates}, Sealer: sealer,
 		TemplateStore: a.templates, Builds: a.builds, PruneTemplates: func() { go a.prune() },
+		KeepSnapshots: func(context.Context) ([]string, error) { return a.templates.ReadySnapshots() },
 	}})
 	if err != nil {
 		return nil, err
 	}
+	ready.control.Store(cp)
 	if err := firstKey(ctx, cfg, cp, log); err != nil {
 		return nil, err
 	}
@@ -506,8 +509,9 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (*app, error) {
 }
 
 // newBuilder assembles the template builder: image pulls into the templates
-// dir's OCI layout, build steps in sandboxes of backend b.
-func newBuilder(cfg Config, tm *template.Manager, b *local.Backend, ob outbound.Settings, log *slog.Logger) (*template.Builder, error) {
+// dir's OCI layout, build steps in sandboxes of backend b, ready snapshots
+// of start commands through ready (nil: none).
+func newBuilder(cfg Config, tm *template.Manager, b *local.Backend, ready template.ReadySnapshots, ob outbound.Settings, log *slog.Logger) (*template.Builder, error) {
 	// An image reference is the requester's choice and pulls run on the host:
 	// never towards sandboxes or link-local metadata services.
 	deny := []netip.Prefix{cfg.Subnet, netip.MustParsePrefix("169.254.0.0/16"), netip.MustParsePrefix("fe80::/10")}
@@ -517,7 +521,7 @@ func newBuilder(cfg Config, tm *template.Manager, b *local.Backend, ob outbound.
 	}
 	return template.NewBuilder(template.BuilderConfig{
 		Manager: tm, Sandboxes: b, Puller: puller, Outbound: ob, NewSandboxID: sandboxid.New,
-		Log: log.With("component", "builder"),
+		ReadySnapshots: ready, Log: log.With("component", "builder"),
 	})
 }
 
@@ -529,6 +533,7 @@ func (a *app) newBuilds(ctx context.Context, cfg Config, builder *template.Build
 		MaxConcurrent: cfg.BuildConcurrency, DefaultCPU: DefaultCPUCount, DefaultMemoryMB: cfg.MemoryMB,
 		Log: a.log.With("component", "builds"),
 		OnDone: func(_ template.Info, err error) {
+			go a.pruneReady() // a rebuild replaced a build: its ready snapshot goes
 			if err != nil {
 				a.metrics.TemplateBuilt(telemetry.OutcomeError)
 			} else {
@@ -610,6 +615,7 @@ func (a *app) startHost(ctx context.Context, cfg Config) error {
 func (a *app) prune() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
+	a.pruneReady()
 	res, err := a.templates.Prune(ctx, a.backend.Lowers(), a.gcAge)
 	if err != nil {
 		a.log.Warn("template prune", "err", err)

@@ -50,7 +50,7 @@ func NewStandalone(ctx context.Context, cfg Config, log *slog.Logger) (*Standalo
 	if err == nil {
 		var ob outbound.Settings
 		if ob, err = outbound.FromHost(cfg.OutboundCA); err == nil {
-			s.Builder, err = newBuilder(cfg, tm, b, ob, log)
+			s.Builder, err = newBuilder(cfg, tm, b, nil, ob, log)
 		}
 	}
 	if err != nil {

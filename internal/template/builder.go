@@ -54,7 +54,11 @@ type BuilderConfig struct {
 	DiskMB int
 	// StepTimeout bounds one RUN step; default 30 min.
 	StepTimeout time.Duration
-	Log         *slog.Logger
+	// ReadySnapshots, when set, makes builds with a start command snapshot
+	// the ready sandbox (gVisor) so the template's sandboxes restore it;
+	// nil: they run the start command at create.
+	ReadySnapshots ReadySnapshots
+	Log            *slog.Logger
 }
 
 // Builder builds templates. Safe for concurrent use; builds of one template
@@ -245,6 +249,7 @@ type run struct {
 	st      state
 	forced  bool // an earlier step ran although cached: later lookups still apply (chain changed)
 	started time.Time
+	ready   *readySnap // the ready snapshot finalize took; nil = none
 }
 
 func (r *run) logf(level, step, format string, args ...any) {
@@ -264,10 +269,16 @@ func (r *run) build(ctx context.Context) (Info, error) {
 		}
 	}
 	if err := r.finalize(ctx); err != nil {
+		if r.ready != nil {
+			r.dropReady(ctx, r.ready.ID)
+		}
 		return Info{}, stepErr(StepFinalize, err)
 	}
 	info, err := r.publish(ctx)
 	if err != nil {
+		if r.ready != nil {
+			r.dropReady(ctx, r.ready.ID)
+		}
 		return Info{}, stepErr(StepFinalize, err)
 	}
 	r.logf(LevelInfo, "", "Template %s ready: build %s, %.1f MiB, in %s", r.req.Name, r.req.BuildID,

@@ -59,6 +59,12 @@ type Info struct {
 	// Shippable reports that every layer of the tree is in the OCI layout
 	// (false for legacy trees and builds on top of them).
 	Shippable bool `json:"shippable"`
+	// Snapshot is the build's ready snapshot (backend snapshot ID, see
+	// ReadySnapshots): sandboxes of the template restore it, the start
+	// command running, under SnapshotRuntime. "" = none: they run the start
+	// command at create.
+	Snapshot        string `json:"snapshot,omitempty"`
+	SnapshotRuntime string `json:"snapshotRuntime,omitempty"`
 	// Packages lists the Debian packages of a legacy tree's definition.
 	Packages []string `json:"packages,omitempty"`
 }

@@ -15,7 +15,9 @@ import (
 
 // finalize checks the start and ready commands in a sandbox of the finished
 // tree, as sandboxes of the template will run them: the build fails when
-// the ready command does not succeed.
+// the ready command does not succeed. With ReadySnapshots the sandbox boots
+// as the template's sandboxes will and, once ready, is captured as the
+// build's ready snapshot.
 func (r *run) finalize(ctx context.Context) error {
 	spec := r.req.Spec
 	if spec.StartCmd == "" && spec.ReadyCmd == "" {
@@ -29,6 +31,35 @@ func (r *run) finalize(ctx context.Context) error {
 	if r.b.cfg.Sandboxes == nil || r.b.cfg.NewSandboxID == nil {
 		return fmt.Errorf("this builder cannot check start commands (no sandbox backend)")
 	}
+	req, snap := r.readyRequest(cmd)
+	req.SandboxID = r.b.cfg.NewSandboxID()
+	began := time.Now()
+	in, err := r.b.cfg.Sandboxes.Create(ctx, req)
+	defer r.kill(ctx, &buildBox{id: req.SandboxID})
+	if err != nil {
+		return err
+	}
+	r.logf(LevelInfo, StepFinalize, "[finalize] ready after %s", time.Since(began).Round(100*time.Millisecond))
+	if snap && spec.StartCmd != "" {
+		r.snapshotReady(ctx, req.SandboxID, in.Runtime)
+	}
+	return nil
+}
+
+// readyRequest is the create request of the finalize sandbox: as the
+// template's sandboxes boot (snap true) when the builder has ReadySnapshots
+// that can say, else a build sandbox with the build's environment.
+func (r *run) readyRequest(cmd string) (backend.CreateRequest, bool) {
+	spec := r.req.Spec
+	start := &backend.StartCommand{Cmd: cmd, ReadyCmd: spec.ReadyCmd}
+	if rs := r.b.cfg.ReadySnapshots; rs != nil {
+		req, ok := rs.Request(SandboxTemplate{ID: r.req.TemplateID, RootfsDir: r.st.tree, Runtime: spec.Runtime,
+			User: r.st.user, Workdir: r.st.workdir, Env: copyEnv(r.st.env), StartCmd: spec.StartCmd, ReadyCmd: spec.ReadyCmd})
+		if ok {
+			req.Start = start
+			return req, true
+		}
+	}
 	env := copyEnv(r.st.env)
 	for k, v := range r.b.cfg.Outbound.ProxyEnv {
 		env[k] = v
@@ -38,22 +69,14 @@ func (r *run) finalize(ctx context.Context) error {
 			env[k] = v
 		}
 	}
-	id := r.b.cfg.NewSandboxID()
-	began := time.Now()
-	_, err := r.b.cfg.Sandboxes.Create(ctx, backend.CreateRequest{
-		SandboxID: id, TemplateID: r.req.TemplateID, RootfsDir: r.st.tree, Runtime: spec.Runtime,
+	return backend.CreateRequest{
+		TemplateID: r.req.TemplateID, RootfsDir: r.st.tree, Runtime: spec.Runtime,
 		CPUCount: max(r.req.CPUCount, 1), MemoryMB: max(r.req.MemoryMB, 1024), DiskSizeMB: r.b.cfg.DiskMB,
 		Boot:     agentapi.BootOptions{NoInterpreter: true},
 		Init:     agentapi.InitRequest{EnvVars: env, DefaultUser: r.st.user, DefaultWorkdir: r.st.workdir, Timestamp: time.Now()},
 		CABundle: r.b.cfg.Outbound.CABundle,
-		Start:    &backend.StartCommand{Cmd: cmd, ReadyCmd: spec.ReadyCmd},
-	})
-	r.kill(ctx, &buildBox{id: id})
-	if err != nil {
-		return err
-	}
-	r.logf(LevelInfo, StepFinalize, "[finalize] ready after %s", time.Since(began).Round(100*time.Millisecond))
-	return nil
+		Start:    start,
+	}, false
 }
 
 // publish writes the build's OCI config and manifest and points its tags at it.
@@ -100,6 +123,7 @@ func (r *run) publish(ctx context.Context) (Info, error) {
 	err = r.b.m.publish(ctx, publication{
 		ID: r.req.TemplateID, Name: r.req.Name, Team: r.req.Team, Aliases: r.req.Aliases, BuildID: r.req.BuildID, Manifest: mdesc,
 		Tree: r.st.chain, SizeBytes: size, CPUCount: r.req.CPUCount, MemoryMB: r.req.MemoryMB, Tags: r.req.Tags,
+		Ready: r.ready,
 	})
 	if err != nil {
 		return Info{}, err

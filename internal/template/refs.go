@@ -29,6 +29,10 @@ const (
 	annSize    = "dev.cubby.build.size"    // bytes of the tree
 	annCPU     = "dev.cubby.build.cpu-count"
 	annMemory  = "dev.cubby.build.memory-mb"
+	// annSnapshot and annSnapshotRT: the build's ready snapshot (backend
+	// snapshot ID) and the runtime it was taken under; absent without one.
+	annSnapshot   = "dev.cubby.build.snapshot"
+	annSnapshotRT = "dev.cubby.build.snapshot-runtime"
 )
 
 // Labels of a built template's image config.
@@ -53,6 +57,7 @@ type publication struct {
 	CPUCount  int
 	MemoryMB  int
 	Tags      []string
+	Ready     *readySnap // the build's ready snapshot; nil = none
 }
 
 // publish points each tag of p at its manifest (replacing the tag's previous
@@ -83,6 +88,9 @@ func (m *Manager) publish(ctx context.Context, p publication) error {
 			}
 			if p.Team != "" {
 				d.Annotations[annTeam] = p.Team
+			}
+			if p.Ready != nil {
+				d.Annotations[annSnapshot], d.Annotations[annSnapshotRT] = p.Ready.ID, p.Ready.Runtime
 			}
 			idx.Manifests = append(idx.Manifests, d)
 		}
@@ -161,6 +169,7 @@ func (m *Manager) infoOf(d v1.Descriptor) (Info, error) {
 		SizeBytes: size, User: c.User, Workdir: c.WorkingDir, Env: envMap(c.Env),
 		StartCmd: c.Labels[labelStartCmd], ReadyCmd: c.Labels[labelReadyCmd], Runtime: c.Labels[labelRuntime],
 		Public: a[annPublic] == "true", Team: a[annTeam], CPUCount: cpu, MemoryMB: mem, Shippable: c.Labels[labelShippable] != "false",
+		Snapshot: a[annSnapshot], SnapshotRuntime: a[annSnapshotRT],
 	}, nil
 }
 
@@ -222,7 +231,16 @@ func (m *Manager) AssignTags(ctx context.Context, target string, tags []string) 
 	return src.BuildID, m.publish(ctx, publication{
 		ID: src.ID, Name: src.Name, Team: src.Team, Aliases: src.Aliases[1:], BuildID: src.BuildID, Manifest: d,
 		Tree: mustHash(src.RootfsDir), SizeBytes: src.SizeBytes, CPUCount: src.CPUCount, MemoryMB: src.MemoryMB, Tags: tags,
+		Ready: src.ready(),
 	})
+}
+
+// ready is the ready snapshot of build i, nil without one.
+func (i Info) ready() *readySnap {
+	if i.Snapshot == "" {
+		return nil
+	}
+	return &readySnap{ID: i.Snapshot, Runtime: i.SnapshotRuntime}
 }
 
 // descriptor is the manifest descriptor of a build in the index.

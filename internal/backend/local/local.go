@@ -364,3 +364,7 @@ var _ backend.Backend = (*Backend)(nil)
 func (b *Backend) agentClient(s *sandbox, token string) *agentclient.Client {
 	return agentclient.New(s.Addr, b.net.HostVeth(s.ID), token)
 }
+
+// DefaultRuntime is the name of the runtime sandboxes get when their
+// request names none (CreateRequest.Runtime "").
+func (b *Backend) DefaultRuntime() string { return b.defRT }

@@ -420,3 +420,22 @@ func (b *Backend) removeSnapshot(ctx context.Context, rec snapshotRecord) error 
 	b.log.Info("snapshot removed", "snapshot", rec.ID)
 	return nil
 }
+
+// SnapshotIDs lists the snapshots the backend holds and has not deleted
+// (deleted ones whose data a sandbox still stacks are left out). Errors:
+// the snapshot directory's.
+func (b *Backend) SnapshotIDs() ([]string, error) {
+	b.snapMu.Lock()
+	defer b.snapMu.Unlock()
+	entries, err := os.ReadDir(b.cfg.SnapshotDir)
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots: %w", err)
+	}
+	var out []string
+	for _, e := range entries {
+		if rec, err := b.loadSnapshot(e.Name()); err == nil && !rec.Deleted {
+			out = append(out, rec.ID)
+		}
+	}
+	return out, nil
+}
