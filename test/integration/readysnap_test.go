@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -9,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cubby-dev/cubby/internal/backend"
+	"github.com/cubby-dev/cubby/internal/runtime"
+	"github.com/cubby-dev/cubby/internal/runtime/runsc"
 	"github.com/cubby-dev/cubby/internal/testenv/testserver"
 )
 
@@ -150,3 +154,43 @@ func TestTemplateReadySnapshot(t *testing.T) {
 	})
 }
 
+// BenchmarkTemplateReadySnapshot: under gVisor, the create latency (until
+// the ready command passes) of a sandbox of a template whose start command
+// is valueServer, by the two paths a create takes: "start-command" boots
+// the sandbox and runs the start command until ready; "snapshot" restores
+// the memory snapshot of a ready sandbox (what a template build takes)
+// under the new sandbox's identity. Backend creates as the control plane
+// issues them (the API's own cost, the same for both, is left out).
+func BenchmarkTemplateReadySnapshot(b *testing.B) {
+	bin := repoBinary(b, "runsc", "CUBBY_RUNSC")
+	e := newBackendEnv(b, "cbr", true, func(root string, log *slog.Logger) runtime.Runtime {
+		rt := runsc.New(bin, root, runsc.Options{}, log)
+		b.Cleanup(func() { _ = rt.ReleaseRoot() })
+		return rt
+	})
+	ctx := context.Background()
+	start := &backend.StartCommand{Cmd: valueServer, ReadyCmd: valueReady}
+	create := func(b *testing.B, snap string) func() {
+		sb, err := createStart(b, e, snap, start)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return func() { _ = e.b.Kill(ctx, sb.id) }
+	}
+	b.Run("start-command", func(b *testing.B) {
+		medianOf(b, func(int) func() { return create(b, "") })
+	})
+	src, err := createStart(b, e, "", start)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sn, err := e.b.Snapshot(ctx, src.id, "r"+randHex(8))
+	if err != nil || sn.Mode != backend.SnapshotFull {
+		b.Fatalf("snapshot: %+v %v", sn, err)
+	}
+	_ = e.b.Kill(ctx, src.id)
+	b.Cleanup(func() { _ = e.b.DeleteSnapshot(ctx, sn.ID) })
+	b.Run("snapshot", func(b *testing.B) {
+		medianOf(b, func(int) func() { return create(b, sn.ID) })
+	})
+}

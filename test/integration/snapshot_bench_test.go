@@ -155,10 +155,16 @@ func mustCreateT(t *testing.T, e *backendEnv) benchSandbox {
 // createIn creates a base sandbox (from snapshot snap when not "") killed
 // when tb ends. Safe from any goroutine.
 func createIn(tb testing.TB, e *backendEnv, snap string) (benchSandbox, error) {
+	return createStart(tb, e, snap, nil)
+}
+
+// createStart is createIn with a template start command (nil = none).
+func createStart(tb testing.TB, e *backendEnv, snap string, start *backend.StartCommand) (benchSandbox, error) {
 	id, token := "b"+randHex(8), randHex(16)
 	in, err := e.b.Create(context.Background(), backend.CreateRequest{
 		SandboxID: id, RootfsDir: e.lower, CPUCount: 1, MemoryMB: 512, DiskSizeMB: 512, Snapshot: snap,
-		Init: agentapi.InitRequest{AccessToken: token, DefaultUser: "user", DefaultWorkdir: "/home/user"},
+		Init:  agentapi.InitRequest{AccessToken: token, DefaultUser: "user", DefaultWorkdir: "/home/user"},
+		Start: start,
 	})
 	if err != nil {
 		return benchSandbox{}, err
