@@ -21,11 +21,11 @@ import (
 )
 
 // newRunscBackend is a local backend under runsc with user namespaces on.
-func newRunscBackend(t *testing.T) *backendEnv {
-	bin := runscBinary(t)
-	return newBackendEnv(t, "cbm", true, func(root string, log *slog.Logger) runtime.Runtime {
+func newRunscBackend(tb testing.TB) *backendEnv {
+	bin := repoBinary(tb, "runsc", "CUBBY_RUNSC")
+	return newBackendEnv(tb, "cbm", true, func(root string, log *slog.Logger) runtime.Runtime {
 		rt := runsc.New(bin, root, runsc.Options{}, log)
-		t.Cleanup(func() { _ = rt.ReleaseRoot() })
+		tb.Cleanup(func() { _ = rt.ReleaseRoot() })
 		return rt
 	})
 }

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -11,8 +10,6 @@ import (
 	"time"
 
 	"github.com/cubby-dev/cubby/internal/backend"
-	"github.com/cubby-dev/cubby/internal/runtime"
-	"github.com/cubby-dev/cubby/internal/runtime/runsc"
 	"github.com/cubby-dev/cubby/internal/testenv/testserver"
 )
 
@@ -162,12 +159,7 @@ func TestTemplateReadySnapshot(t *testing.T) {
 // under the new sandbox's identity. Backend creates as the control plane
 // issues them (the API's own cost, the same for both, is left out).
 func BenchmarkTemplateReadySnapshot(b *testing.B) {
-	bin := repoBinary(b, "runsc", "CUBBY_RUNSC")
-	e := newBackendEnv(b, "cbr", true, func(root string, log *slog.Logger) runtime.Runtime {
-		rt := runsc.New(bin, root, runsc.Options{}, log)
-		b.Cleanup(func() { _ = rt.ReleaseRoot() })
-		return rt
-	})
+	e := newRunscBackend(b)
 	ctx := context.Background()
 	start := &backend.StartCommand{Cmd: valueServer, ReadyCmd: valueReady}
 	create := func(b *testing.B, snap string) func() {

@@ -22,7 +22,13 @@ import (
 // file.
 func (s *server) memoryImages(t *testing.T) map[string][]byte {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(s.DataDir, "snapshots", "*", "checkpoint", "*"))
+	return readGlob(t, filepath.Join(s.DataDir, "snapshots", "*", "checkpoint", "*"))
+}
+
+// readGlob reads every file pattern matches, keyed by path.
+func readGlob(t *testing.T, pattern string) map[string][]byte {
+	t.Helper()
+	files, err := filepath.Glob(pattern)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,15 +184,7 @@ func TestAgentMemoryHoldsNoClientToken(t *testing.T) {
 	if _, err := sbx.Pause(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	images := map[string][]byte{}
-	files, _ := filepath.Glob(filepath.Join(s.DataDir, "sandboxes", sbx.ID(), "checkpoint", "*"))
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		images[f] = data
-	}
+	images := readGlob(t, filepath.Join(s.DataDir, "sandboxes", sbx.ID(), "checkpoint", "*"))
 	if in := imagesHold(images, strings.Trim(canary, "'")); len(in) == 0 {
 		t.Fatalf("the interpreter's value %s is in none of %d image files: nothing was captured", canary, len(images))
 	}

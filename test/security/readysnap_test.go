@@ -2,7 +2,6 @@ package security
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -39,18 +38,7 @@ func TestTemplateSnapshotHoldsNoBuildCredential(t *testing.T) {
 	if !strings.Contains(res.LogText(), "build-step-holds-proxy-credential") {
 		t.Fatalf("the build step did not get the proxy credential; nothing to look for:\n%s", res.LogText())
 	}
-	files, err := filepath.Glob(filepath.Join(s.DataDir, "snapshots", "tmpl*", "checkpoint", "*"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	images := map[string][]byte{}
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		images[f] = data
-	}
+	images := readGlob(t, filepath.Join(s.DataDir, "snapshots", "tmpl*", "checkpoint", "*"))
 	if len(images) == 0 {
 		t.Fatalf("no memory image of the template's ready sandbox: nothing was captured\n%s", res.LogText())
 	}
