@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -14,21 +16,25 @@ import (
 // readySnapshots gives template builds the ready snapshots of their start
 // commands (template.ReadySnapshots): the finalize sandbox boots as the
 // control plane boots the template's sandboxes, and the local backend
-// captures it. Until the control plane is set (first-start builds of the
-// built-ins) builds take no snapshot.
+// captures it. Under a runtime that cannot checkpoint (runc), and until the
+// control plane is set (first-start builds of the built-ins), builds take
+// no snapshot.
 type readySnapshots struct {
 	*local.Backend
 	control atomic.Pointer[controlplane.Service]
 }
 
 // Request implements template.ReadySnapshots.
-func (r *readySnapshots) Request(t template.SandboxTemplate) (backend.CreateRequest, bool) {
+func (r *readySnapshots) Request(t template.SandboxTemplate) (backend.CreateRequest, error) {
+	if rt, ok := r.CanCheckpoint(t.Runtime); !ok {
+		return backend.CreateRequest{}, fmt.Errorf("runtime %s cannot checkpoint a running sandbox", rt)
+	}
 	cp := r.control.Load()
 	if cp == nil {
-		return backend.CreateRequest{}, false
+		return backend.CreateRequest{}, errors.New("the server is still starting")
 	}
 	return cp.SandboxRequest(controlplane.TemplateRef{ID: t.ID, RootfsDir: t.RootfsDir, Runtime: t.Runtime,
-		User: t.User, Workdir: t.Workdir, Env: t.Env, StartCmd: t.StartCmd, ReadyCmd: t.ReadyCmd}), true
+		User: t.User, Workdir: t.Workdir, Env: t.Env, StartCmd: t.StartCmd, ReadyCmd: t.ReadyCmd}), nil
 }
 
 // pruneReady drops the ready snapshots of builds no tag points at any more

@@ -40,25 +40,27 @@ func (r *run) finalize(ctx context.Context) error {
 		return err
 	}
 	r.logf(LevelInfo, StepFinalize, "[finalize] ready after %s", time.Since(began).Round(100*time.Millisecond))
-	if snap && spec.StartCmd != "" {
+	if snap {
 		r.snapshotReady(ctx, req.SandboxID, in.Runtime)
 	}
 	return nil
 }
 
 // readyRequest is the create request of the finalize sandbox: as the
-// template's sandboxes boot (snap true) when the builder has ReadySnapshots
-// that can say, else a build sandbox with the build's environment.
+// template's sandboxes boot (snap true) when there is a start command and
+// the builder's ReadySnapshots can snapshot it, else (logged) a build
+// sandbox with the build's environment, as without ReadySnapshots.
 func (r *run) readyRequest(cmd string) (backend.CreateRequest, bool) {
 	spec := r.req.Spec
 	start := &backend.StartCommand{Cmd: cmd, ReadyCmd: spec.ReadyCmd}
-	if rs := r.b.cfg.ReadySnapshots; rs != nil {
-		req, ok := rs.Request(SandboxTemplate{ID: r.req.TemplateID, RootfsDir: r.st.tree, Runtime: spec.Runtime,
+	if rs := r.b.cfg.ReadySnapshots; rs != nil && spec.StartCmd != "" {
+		req, err := rs.Request(SandboxTemplate{ID: r.req.TemplateID, RootfsDir: r.st.tree, Runtime: spec.Runtime,
 			User: r.st.user, Workdir: r.st.workdir, Env: copyEnv(r.st.env), StartCmd: spec.StartCmd, ReadyCmd: spec.ReadyCmd})
-		if ok {
+		if err == nil {
 			req.Start = start
 			return req, true
 		}
+		r.logf(LevelInfo, StepFinalize, "[finalize] %v: sandboxes of this template run the start command at create", err)
 	}
 	env := copyEnv(r.st.env)
 	for k, v := range r.b.cfg.Outbound.ProxyEnv {

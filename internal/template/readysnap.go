@@ -24,10 +24,11 @@ import (
 type ReadySnapshots interface {
 	// Request is the create request a sandbox of t boots with (the server's
 	// boot options, CPU, memory, disk, CA bundle and sandbox environment),
-	// without credentials and without a SandboxID; ok is false when the
-	// server cannot say yet (then the build checks the start command in a
-	// build sandbox and takes no snapshot).
-	Request(t SandboxTemplate) (req backend.CreateRequest, ok bool)
+	// without credentials and without a SandboxID, or why its sandboxes
+	// cannot start from a ready snapshot (the runtime cannot checkpoint a
+	// running sandbox, say): the build then checks the start command in a
+	// build sandbox, as without ReadySnapshots, and takes no snapshot.
+	Request(t SandboxTemplate) (backend.CreateRequest, error)
 	// Snapshot and DeleteSnapshot are backend.Backend's.
 	Snapshot(ctx context.Context, id, snapID string) (backend.Snapshot, error)
 	DeleteSnapshot(ctx context.Context, snapID string) error
@@ -88,7 +89,7 @@ func (r *run) snapshotReady(ctx context.Context, id, rt string) {
 	}
 	if sn.Mode != backend.SnapshotFull {
 		r.dropReady(ctx, snapID)
-		r.logf(LevelInfo, StepFinalize, "[finalize] runtime %s cannot checkpoint a running sandbox: sandboxes of this template run the start command at create", rt)
+		r.logf(LevelWarn, StepFinalize, "[finalize] runtime %s took no memory snapshot: sandboxes of this template run the start command at create", rt)
 		return
 	}
 	r.ready = &readySnap{ID: snapID, Runtime: rt}

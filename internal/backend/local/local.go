@@ -43,6 +43,7 @@
 package local
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -368,3 +369,16 @@ func (b *Backend) agentClient(s *sandbox, token string) *agentclient.Client {
 // DefaultRuntime is the name of the runtime sandboxes get when their
 // request names none (CreateRequest.Runtime "").
 func (b *Backend) DefaultRuntime() string { return b.defRT }
+
+// CanCheckpoint reports whether runtime name ("" = the default) takes full
+// snapshots (memory and processes) of running sandboxes: runsc does, runc
+// does not (Snapshot then captures files only). It returns the runtime's
+// resolved name too; an unknown runtime cannot.
+func (b *Backend) CanCheckpoint(name string) (string, bool) {
+	rt, err := b.runtimeFor(name)
+	if err != nil {
+		return cmp.Or(name, b.defRT), false
+	}
+	_, ok := rt.(runtime.Snapshotter)
+	return rt.Name(), ok
+}
