@@ -17,6 +17,8 @@
 //   - testinternet: stand-ins for the internet egress tests talk to
 //   - testrootfs: tiny root filesystem trees (static busybox)
 //   - testcgroup: throwaway cgroups with a real memory limit
+//   - testsdk: the official E2B code-interpreter SDKs (JS and Python, pinned)
+//     installed, and the scripts test/cluster and test/integration run with them
 //
 // Conformance suites and fakes are not environments: following containerd,
 // the suite of an interface lives next to it as <iface>test

@@ -26,7 +26,7 @@ func TestOfficialSDKsMemorySnapshotGVisor(t *testing.T) {
 	t.Cleanup(func() { releaseNullNetns(t, ts, runscBin) })
 	kit := testsdk.Install(t)
 	env := testsdk.Env(ts.URL(""), ts.Key)
-	kit.RunJS(t, "JS", env, "memsnap.mjs")
-	kit.RunPython(t, "Python", env, "memsnap_check.py")
+	t.Run("JS", func(t *testing.T) { kit.RunJS(t, "JS", env, "memsnap.mjs") })
+	t.Run("Python", func(t *testing.T) { kit.RunPython(t, "Python", env, "memsnap_check.py") })
 	ts.Healthy(t)
 }
